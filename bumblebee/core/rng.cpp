@@ -1,0 +1,40 @@
+// Counter-based SplitMix64 generator.
+#include "bumblebee/core/rng.h"
+
+#include <cmath>
+#include <vector>
+
+namespace bb {
+
+namespace {
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+uint64_t Generator::next_u64() { return splitmix64(seed_ * 0x632be59bd9b4e019ull + counter_++); }
+
+double Generator::uniform() { return double(next_u64() >> 11) * 0x1.0p-53; }
+
+double Generator::normal() {
+  double u1 = uniform(), u2 = uniform();
+  if (u1 < 1e-300) u1 = 1e-300;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+void Generator::fill_normal(Tensor& t, double std) {
+  std::vector<double> v(size_t(t.numel()));
+  for (double& x : v) x = normal() * std;
+  t.copy_from(Tensor::from_doubles(v, t.shape(), DType::F64));
+}
+
+void Generator::fill_uniform(Tensor& t, double lo, double hi) {
+  std::vector<double> v(size_t(t.numel()));
+  for (double& x : v) x = lo + (hi - lo) * uniform();
+  t.copy_from(Tensor::from_doubles(v, t.shape(), DType::F64));
+}
+
+}  // namespace bb

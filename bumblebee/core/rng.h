@@ -1,0 +1,29 @@
+// Deterministic random numbers for parameter initialisation and tests.
+//
+// A counter-based generator (SplitMix64 over (seed, counter)) so that the value
+// of element i depends only on (seed, i): initialisation is identical across
+// platforms, thread counts and tensor-parallel layouts.
+#pragma once
+
+#include <cstdint>
+
+#include "bumblebee/core/tensor.h"
+
+namespace bb {
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed) : seed_(seed) {}
+  uint64_t next_u64();
+  double uniform();                  // [0, 1)
+  double normal();                   // standard normal (Box-Muller)
+  // Fill a tensor (any device, any floating dtype) with N(0, std^2) / U(lo, hi).
+  void fill_normal(Tensor& t, double std);
+  void fill_uniform(Tensor& t, double lo, double hi);
+
+ private:
+  uint64_t seed_;
+  uint64_t counter_ = 0;
+};
+
+}  // namespace bb

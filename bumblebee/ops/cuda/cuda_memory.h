@@ -1,0 +1,26 @@
+// CUDA device memory for core/: the stream-ordered pool, copies, casts.
+//
+// Plain C++ declarations; the definitions live in cuda_memory.cu. Every
+// allocation comes from a cudaMallocAsync pool on the current stream, so a
+// training step does no cudaMalloc after the first one; an out-of-memory
+// error names the request and the bytes in use.
+#pragma once
+
+#include <cstddef>
+
+#include "bumblebee/core/dtype.h"
+
+namespace bb::cuda {
+
+int device_count();
+void* pool_alloc(size_t nbytes, int device);
+void pool_free(void* ptr, size_t nbytes, int device);
+size_t pool_bytes_in_use(int device);
+size_t pool_peak_bytes(int device);
+void pool_reset_peak(int device);
+void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t nbytes);
+void memset_zero(void* ptr, size_t nbytes);
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+void synchronize();
+
+}  // namespace bb::cuda

@@ -1,0 +1,108 @@
+// The op surface: every tensor computation the primitives need, declared once.
+//
+// Each op dispatches on the device of its tensors to ops/cpu (float32 and
+// float64; the correctness oracle) or ops/cuda (bfloat16 activations with fp32
+// accumulation; the fast path). All tensors are contiguous row-major. Ops named
+// *_backward that produce parameter gradients ACCUMULATE into them (+=), so
+// gradient accumulation over microbatches needs no extra pass; activation
+// gradients are overwritten.
+//
+// Dtype rules. CPU: every floating tensor of one call has the same dtype
+// (float32 or float64). CUDA: activations are bfloat16; parameter gradients,
+// norm statistics (rstd, lse) and optimizer state are float32; index tensors
+// are int32 or int64 everywhere.
+#pragma once
+
+#include <cstdint>
+
+#include "bumblebee/core/tensor.h"
+
+namespace bb::ops {
+
+// ---- GEMM -------------------------------------------------------------------
+// c = alpha * op(a) @ op(b) + beta * c for 2-D a, b, c; op(x) = x^T when trans.
+// CUDA: a, b bfloat16; c bfloat16 or float32 (float32 with beta=1 accumulates
+// weight gradients in fp32).
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+            double alpha = 1.0, double beta = 0.0);
+
+// ---- elementwise ------------------------------------------------------------
+void add(const Tensor& a, const Tensor& b, Tensor& out);        // out = a + b
+void add_(Tensor& acc, const Tensor& x, double alpha = 1.0);     // acc += alpha * x (dtypes may differ)
+void scale_(Tensor& x, double s);                                // x *= s
+void mul(const Tensor& a, const Tensor& b, Tensor& out);         // out = a * b
+
+// ---- reductions (return to the host; each is one device sync) -----------------
+double sum(const Tensor& x);
+double sum_squares(const Tensor& x);   // sum of x^2, accumulated in double (CPU) or fp32 blocks + double (CUDA)
+int64_t count_zeros(const Tensor& x);
+bool all_finite(const Tensor& x);
+
+// ---- embedding ----------------------------------------------------------------
+// weight [V_local, H], ids [N] (int32/int64, global ids), out [N, H].
+// Rows whose id falls outside [vocab_start, vocab_start + V_local) are zero,
+// which makes the op vocab-parallel: the full row is the sum over TP ranks.
+void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_start, Tensor& out);
+void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start, Tensor& grad_weight);
+
+// ---- RMSNorm over the last dimension -------------------------------------------
+// x [R, n], w [n], y [R, n], rstd [R] = 1/sqrt(mean(x^2) + eps).
+// y = w * (x * rstd), with x*rstd rounded to x's dtype before the weight
+// multiply, as HF transformers does.
+void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                      Tensor& dw);
+
+// ---- rotary position embedding (rotate-half layout of HF Llama/Qwen) ------------
+// x [N, heads, D], position_ids [N], inv_freq [D/2] (float64 on the host or the
+// device of x). Angle = position * inv_freq[i], applied to pairs (i, i + D/2):
+//   out[i]     = x[i] cos - x[i+D/2] sin,  out[i+D/2] = x[i+D/2] cos + x[i] sin.
+// `out` may alias `x`. Backward is the rotation by the negative angle.
+void rope_forward(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out);
+void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx);
+
+// ---- SwiGLU -------------------------------------------------------------------
+// gate_up [N, 2F] holds gate in columns [0, F) and up in [F, 2F); out [N, F] =
+// silu(gate) * up. Backward writes d_gate_up [N, 2F].
+void swiglu_forward(const Tensor& gate_up, Tensor& out);
+void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_up);
+
+// ---- attention ------------------------------------------------------------------
+// Causal grouped-query attention over packed variable-length sequences.
+// q [T, Hq, D], k and v [T, Hkv, D] with Hq % Hkv == 0 (query head h reads kv
+// head h / (Hq/Hkv)); cu_seqlens [S+1] int32 on the device of q (offsets of
+// each sequence in T, from 0); max_seqlen the longest sequence (sizes the CUDA
+// grid); out [T, Hq, D]; lse [T, Hq] (float32 on CUDA, the compute dtype on
+// CPU) = log-sum-exp of each query row's scaled scores.
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                       int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, double scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv);
+
+// ---- cross entropy, in vocab-parallel pieces --------------------------------------
+// logits [N, V_local] hold columns [vocab_start, vocab_start + V_local) of the
+// full vocabulary; labels [N] are global ids (any value for masked rows).
+// Statistics are float32 on CUDA and the compute dtype on CPU, all [N].
+// With one rank: lse = max + log(sumexp), loss = lse - target_logit.
+void logits_row_max(const Tensor& logits, Tensor& row_max);
+void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Tensor& labels, int64_t vocab_start,
+                          Tensor& sumexp, Tensor& target_logit);
+// dlogits = (softmax(logits) - onehot(label)) * dloss, with softmax = exp(logits - lse).
+// dlogits may alias logits.
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
+                            const Tensor& dloss, Tensor& dlogits);
+
+// ---- optimizer ------------------------------------------------------------------------
+// One AdamW step with torch.optim.AdamW semantics over a flat buffer:
+//   p -= lr * wd * p;  g' = g * grad_scale;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
+//   p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
+// param, exp_avg, exp_avg_sq share a dtype (float32/float64); grad may be float32.
+struct AdamWParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  int64_t step = 1;           // 1-based, after increment
+  double grad_scale = 1.0;    // clipping coefficient (and loss-scale inverse)
+};
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWParams& hp);
+
+}  // namespace bb::ops
