@@ -26,13 +26,13 @@ double Generator::normal() {
 }
 
 void Generator::fill_normal(Tensor& t, double std) {
-  std::vector<double> v(size_t(t.numel()));
+  std::vector<double> v(static_cast<size_t>(t.numel()));
   for (double& x : v) x = normal() * std;
   t.copy_from(Tensor::from_doubles(v, t.shape(), DType::F64));
 }
 
 void Generator::fill_uniform(Tensor& t, double lo, double hi) {
-  std::vector<double> v(size_t(t.numel()));
+  std::vector<double> v(static_cast<size_t>(t.numel()));
   for (double& x : v) x = lo + (hi - lo) * uniform();
   t.copy_from(Tensor::from_doubles(v, t.shape(), DType::F64));
 }

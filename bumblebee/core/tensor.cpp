@@ -207,7 +207,7 @@ void Tensor::fill_(double v) {
 
 std::vector<double> Tensor::to_doubles() const {
   Tensor h = to(Device::cpu());
-  std::vector<double> out(size_t(numel()));
+  std::vector<double> out(static_cast<size_t>(numel()));
   host_cast(h.raw(), dtype_, out.data(), DType::F64, numel());
   return out;
 }

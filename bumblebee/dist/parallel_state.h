@@ -4,18 +4,18 @@
 // Rank order (fastest varying first) is tp, cp, dp, pp for dense layers; the
 // expert layers regroup the same tp*cp*dp ranks of one pipeline stage as
 // etp, ep, edp. A world size or size combination that does not factor is an
-// error naming the numbers.
+// error naming the numbers. See rank_layout.h for the arithmetic and
+// docs/distributed.md for worked examples.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "bumblebee/dist/communicator.h"
+#include "bumblebee/dist/rank_layout.h"
 
 namespace bb::dist {
-
-struct GroupSizes {
-  int tp = 1, cp = 1, ep = 1, etp = 0, pp = 1;   // etp = 0 means "same as tp"
-};
 
 class World;
 
@@ -23,7 +23,9 @@ class ParallelState {
  public:
   // One rank, all groups of size 1.
   static std::shared_ptr<ParallelState> single_rank();
-  // Splits the world; every rank must call with the same sizes.
+  // Splits the world; every rank must call with the same sizes. Sizes that
+  // differ between ranks, or that do not factor the world, throw the same
+  // bb::Error on every rank (no rank is left waiting).
   static std::shared_ptr<ParallelState> create(World& world, const GroupSizes& sizes);
 
   int world_rank() const { return world_rank_; }
@@ -38,6 +40,11 @@ class ParallelState {
   int pp_size() const { return pp_->size(); }
   int ep_rank() const { return ep_->rank(); }
   int ep_size() const { return ep_->size(); }
+  int etp_rank() const { return etp_->rank(); }
+  int etp_size() const { return etp_->size(); }
+  int edp_rank() const { return edp_->rank(); }
+  int edp_size() const { return edp_->size(); }
+  const ParallelLayout& layout() const { return layout_; }
 
   Communicator& world() { return *world_; }
   Communicator& tp() { return *tp_; }
@@ -53,7 +60,12 @@ class ParallelState {
  private:
   friend class ParallelStateBuilder;
   int world_rank_ = 0, world_size_ = 1;
+  ParallelLayout layout_;
   std::shared_ptr<Communicator> world_, tp_, cp_, dp_, dp_cp_, pp_, ep_, etp_, edp_, tp_cp_;
 };
+
+// For the model code's size checks: throws bb::Error
+// "num_attention_heads 6 is not divisible by tp 4" unless `by` divides `value`.
+void check_divisible(const std::string& what, int64_t value, const std::string& by_what, int64_t by);
 
 }  // namespace bb::dist

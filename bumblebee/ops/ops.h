@@ -106,3 +106,11 @@ struct AdamWParams {
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWParams& hp);
 
 }  // namespace bb::ops
+
+namespace bb::ops {
+// ---- cross-entropy finish ---------------------------------------------------------------
+// From the (group-reduced) statistics of logits_row_max / logits_sumexp_target:
+//   lse = row_max + log(sumexp);  loss = lse - target_logit.   All [N], same dtype.
+void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, Tensor& lse,
+                        Tensor& loss);
+}  // namespace bb::ops

@@ -1,0 +1,33 @@
+// DeviceCollectives: the tensor collectives of one group on CUDA tensors (NCCL).
+//
+// Plain C++ declarations; defined in communicator_nccl.cpp, which only NCCL
+// builds compile. The MPI Communicator of a group owns one and hands it
+// every CUDA tensor, so a single Communicator serves host and device tensors.
+// Collectives are enqueued on the CUDA backend's current stream of the
+// communicator's device and return without waiting, like the kernels around
+// them. Barriers and scalar agreement stay on the host group.
+#pragma once
+
+#include <memory>
+
+#include "bumblebee/dist/communicator.h"
+
+namespace bb::dist {
+
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  virtual int device() const = 0;
+  virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
+  virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+  virtual void reduce_scatter(const Tensor& in, Tensor& out) = 0;
+  virtual void broadcast(Tensor& t, int root) = 0;
+};
+
+// Collective over `host_group`: its rank 0 makes an ncclUniqueId and
+// broadcasts it over the group, then every rank joins an NCCL communicator on
+// CUDA device `device` with its rank in host_group. Sets NCCL_NVLS_ENABLE=0
+// when the environment leaves it unset (NVLink multicast stays off).
+std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& host_group, int device);
+
+}  // namespace bb::dist

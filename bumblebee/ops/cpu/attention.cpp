@@ -1,0 +1,138 @@
+// CPU causal grouped-query attention over packed variable-length sequences.
+//
+// The plain algorithm, one (sequence, query head) at a time: scores, stable
+// softmax, weighted sum of values. The backward recomputes the probabilities
+// from the saved log-sum-exp as flash attention does,
+//   P = exp(S - lse),  dV = P^T dO,  dP = dO V^T,  D_i = rowsum(dO * O),
+//   dS = P * (dP - D_i),  dQ = scale dS K,  dK = scale dS^T Q,
+// so it checks the same identities the CUDA kernel relies on. Every dot
+// product and sum accumulates in double, which makes float64 exact to
+// rounding. Serial: the CPU backend is the oracle, not the fast path.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "bumblebee/ops/cpu/cpu_ops.h"
+#include "bumblebee/ops/cpu/dtype_dispatch.h"
+
+namespace bb::cpu {
+namespace {
+
+struct Layout {
+  int64_t tokens, heads_q, heads_kv, head_dim, group;
+  int64_t q_row(int64_t t, int64_t h) const { return (t * heads_q + h) * head_dim; }
+  int64_t kv_row(int64_t t, int64_t h) const { return (t * heads_kv + h / group) * head_dim; }
+};
+
+Layout layout_of(const Tensor& q, const Tensor& k) {
+  Layout l{q.size(0), q.size(1), k.size(1), q.size(2), 0};
+  l.group = l.heads_q / l.heads_kv;
+  return l;
+}
+
+template <typename T>
+double dot(const T* a, const T* b, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += double(a[i]) * double(b[i]);
+  return s;
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                       int64_t max_seqlen, double scale, Tensor& out, Tensor& lse) {
+  const Layout l = layout_of(q, k);
+  const std::vector<int64_t> cu = read_indices(cu_seqlens, "attention_forward");
+  visit_float(q.dtype(), "attention_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pq = q.data<T>();
+    const T* pk = k.data<T>();
+    const T* pv = v.data<T>();
+    T* po = out.data<T>();
+    T* pl = lse.data<T>();
+    // Sized by the sequences themselves, not by max_seqlen (a CUDA grid hint).
+    int64_t longest = 0;
+    for (size_t s = 0; s + 1 < cu.size(); ++s) longest = std::max(longest, cu[s + 1] - cu[s]);
+    std::vector<double> scores(static_cast<size_t>(longest)), acc(static_cast<size_t>(l.head_dim));
+    for (size_t s = 0; s + 1 < cu.size(); ++s) {
+      const int64_t begin = cu[s], end = cu[s + 1];
+      for (int64_t h = 0; h < l.heads_q; ++h) {
+        for (int64_t i = begin; i < end; ++i) {
+          const T* qi = pq + l.q_row(i, h);
+          double row_max = -std::numeric_limits<double>::infinity();
+          for (int64_t j = begin; j <= i; ++j) {
+            double& sc = scores[size_t(j - begin)];
+            sc = scale * dot(qi, pk + l.kv_row(j, h), l.head_dim);
+            row_max = std::max(row_max, sc);
+          }
+          double denom = 0.0;
+          for (int64_t j = begin; j <= i; ++j) denom += std::exp(scores[size_t(j - begin)] - row_max);
+          const double row_lse = row_max + std::log(denom);
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t j = begin; j <= i; ++j) {
+            const double p = std::exp(scores[size_t(j - begin)] - row_lse);
+            const T* vj = pv + l.kv_row(j, h);
+            for (int64_t d = 0; d < l.head_dim; ++d) acc[size_t(d)] += p * double(vj[d]);
+          }
+          T* oi = po + l.q_row(i, h);
+          for (int64_t d = 0; d < l.head_dim; ++d) oi[d] = T(acc[size_t(d)]);
+          pl[i * l.heads_q + h] = T(row_lse);
+        }
+      }
+    }
+  });
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, double scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
+  const Layout l = layout_of(q, k);
+  const std::vector<int64_t> cu = read_indices(cu_seqlens, "attention_backward");
+  visit_float(q.dtype(), "attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pdo = dout.data<T>();
+    const T* pq = q.data<T>();
+    const T* pk = k.data<T>();
+    const T* pv = v.data<T>();
+    const T* po = out.data<T>();
+    const T* pl = lse.data<T>();
+    T* pdq = dq.data<T>();
+    // dK and dV gather contributions from every query head of their group.
+    std::vector<double> dk_acc(size_t(k.numel()), 0.0), dv_acc(size_t(v.numel()), 0.0);
+    std::vector<double> dq_acc(size_t(l.head_dim));
+    for (size_t s = 0; s + 1 < cu.size(); ++s) {
+      const int64_t begin = cu[s], end = cu[s + 1];
+      for (int64_t h = 0; h < l.heads_q; ++h) {
+        for (int64_t i = begin; i < end; ++i) {
+          const T* qi = pq + l.q_row(i, h);
+          const T* doi = pdo + l.q_row(i, h);
+          const double row_lse = double(pl[i * l.heads_q + h]);
+          const double d_i = dot(doi, po + l.q_row(i, h), l.head_dim);
+          std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
+          for (int64_t j = begin; j <= i; ++j) {
+            const T* kj = pk + l.kv_row(j, h);
+            const T* vj = pv + l.kv_row(j, h);
+            const double p = std::exp(scale * dot(qi, kj, l.head_dim) - row_lse);
+            const double ds = p * (dot(doi, vj, l.head_dim) - d_i);
+            double* dkj = dk_acc.data() + l.kv_row(j, h);
+            double* dvj = dv_acc.data() + l.kv_row(j, h);
+            for (int64_t d = 0; d < l.head_dim; ++d) {
+              dvj[d] += p * double(doi[d]);
+              dkj[d] += scale * ds * double(qi[d]);
+              dq_acc[size_t(d)] += scale * ds * double(kj[d]);
+            }
+          }
+          T* dqi = pdq + l.q_row(i, h);
+          for (int64_t d = 0; d < l.head_dim; ++d) dqi[d] = T(dq_acc[size_t(d)]);
+        }
+      }
+    }
+    T* pdk = dk.data<T>();
+    T* pdv = dv.data<T>();
+    for (size_t i = 0; i < dk_acc.size(); ++i) pdk[i] = T(dk_acc[i]);
+    for (size_t i = 0; i < dv_acc.size(); ++i) pdv[i] = T(dv_acc[i]);
+  });
+}
+
+}  // namespace bb::cpu

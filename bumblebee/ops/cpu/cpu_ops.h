@@ -1,0 +1,68 @@
+// The CPU backend of the op surface: float32 and float64, the correctness oracle.
+//
+// One function per ops:: function, with the same name and parameters. ops.cpp
+// has already checked shapes, devices and dtypes before calling here, so these
+// only compute. Reductions that decide a result's accuracy (sums, softmax
+// denominators, attention and RMSNorm statistics) accumulate in double; the
+// rest computes in the tensors' dtype, so float64 runs are exact to rounding.
+#pragma once
+
+#include <cstdint>
+
+#include "bumblebee/core/tensor.h"
+#include "bumblebee/ops/ops.h"
+
+namespace bb::cpu {
+
+// gemm.cpp
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);
+
+// elementwise.cpp
+void add(const Tensor& a, const Tensor& b, Tensor& out);
+void add_(Tensor& acc, const Tensor& x, double alpha);
+void scale_(Tensor& x, double s);
+void mul(const Tensor& a, const Tensor& b, Tensor& out);
+
+// reduce.cpp
+double sum(const Tensor& x);
+double sum_squares(const Tensor& x);
+int64_t count_zeros(const Tensor& x);
+bool all_finite(const Tensor& x);
+
+// embedding.cpp
+void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_start, Tensor& out);
+void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start, Tensor& grad_weight);
+
+// rmsnorm.cpp
+void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                      Tensor& dw);
+
+// rope.cpp
+void rope_forward(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out);
+void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx);
+
+// swiglu.cpp
+void swiglu_forward(const Tensor& gate_up, Tensor& out);
+void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_up);
+
+// attention.cpp
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                       int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, double scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv);
+
+// cross_entropy.cpp
+void logits_row_max(const Tensor& logits, Tensor& row_max);
+void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Tensor& labels, int64_t vocab_start,
+                          Tensor& sumexp, Tensor& target_logit);
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
+                            const Tensor& dloss, Tensor& dlogits);
+void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, Tensor& lse,
+                        Tensor& loss);
+
+// adamw.cpp
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const ops::AdamWParams& hp);
+
+}  // namespace bb::cpu

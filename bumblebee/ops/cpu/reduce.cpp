@@ -1,0 +1,49 @@
+// CPU reductions to a host scalar: sum, sum of squares, zero count, finiteness.
+#include <cmath>
+
+#include "bumblebee/ops/cpu/cpu_ops.h"
+#include "bumblebee/ops/cpu/dtype_dispatch.h"
+
+namespace bb::cpu {
+
+double sum(const Tensor& x) {
+  double total = 0.0;
+  visit_float(x.dtype(), "sum", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) total += double(p[i]);
+  });
+  return total;
+}
+
+double sum_squares(const Tensor& x) {
+  double total = 0.0;
+  visit_float(x.dtype(), "sum_squares", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) total += double(p[i]) * double(p[i]);
+  });
+  return total;
+}
+
+int64_t count_zeros(const Tensor& x) {
+  int64_t zeros = 0;
+  visit_float(x.dtype(), "count_zeros", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) zeros += p[i] == T(0);
+  });
+  return zeros;
+}
+
+bool all_finite(const Tensor& x) {
+  bool finite = true;
+  visit_float(x.dtype(), "all_finite", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    for (int64_t i = 0, n = x.numel(); i < n && finite; ++i) finite = std::isfinite(p[i]);
+  });
+  return finite;
+}
+
+}  // namespace bb::cpu

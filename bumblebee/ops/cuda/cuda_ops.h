@@ -1,0 +1,77 @@
+// The CUDA backend of the op surface: one function per function of
+// bumblebee/ops/ops.h, same name and parameters, so ops.cpp dispatches a CUDA
+// tensor to cuda::<name>(same args). Semantics are those documented in ops.h.
+//
+// Dtypes on CUDA: activations bfloat16 (float32 accepted where an fp32 path is
+// useful, noted per op); parameter gradients, rstd, lse, cross-entropy
+// statistics and optimizer state float32; index tensors int32 or int64. All
+// work is queued on the backend's current stream; only the reductions that
+// return a number to the host synchronise.
+//
+// defined in: gemm.cu, elementwise.cu, reduce.cu, embedding.cu, rmsnorm.cu,
+// rope.cu, swiglu.cu, attention.cu, cross_entropy.cu, adamw.cu
+#pragma once
+
+#include <cstdint>
+
+#include "bumblebee/core/tensor.h"
+#include "bumblebee/ops/ops.h"
+
+namespace bb::cuda {
+
+// gemm.cu. a, b bfloat16 with c bfloat16 or float32; or all float32.
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha = 1.0,
+            double beta = 0.0);
+
+// elementwise.cu. add/mul: one dtype for all tensors (bfloat16 or float32);
+// add_: acc and x each bfloat16 or float32; scale_: bfloat16 or float32.
+void add(const Tensor& a, const Tensor& b, Tensor& out);
+void add_(Tensor& acc, const Tensor& x, double alpha = 1.0);
+void scale_(Tensor& x, double s);
+void mul(const Tensor& a, const Tensor& b, Tensor& out);
+
+// reduce.cu. Any floating dtype; each call synchronises once.
+double sum(const Tensor& x);
+double sum_squares(const Tensor& x);
+int64_t count_zeros(const Tensor& x);
+bool all_finite(const Tensor& x);
+
+// embedding.cu. weight and out bfloat16 or float32 (same); grad_weight float32.
+void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_start, Tensor& out);
+void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start, Tensor& grad_weight);
+
+// rmsnorm.cu. x, w, y, dy, dx one dtype (bfloat16 or float32); rstd, dw float32.
+void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                      Tensor& dw);
+
+// rope.cu. x/out bfloat16 or float32; inv_freq float64 or float32, on the host
+// (passed by value to the kernel, at most 512 frequencies) or on the device.
+void rope_forward(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out);
+void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx);
+
+// swiglu.cu. bfloat16 or float32, one dtype.
+void swiglu_forward(const Tensor& gate_up, Tensor& out);
+void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_up);
+
+// attention.cu. q, k, v, out, dout, dq, dk, dv bfloat16; lse float32; head
+// dimension a multiple of 8 up to 128. BB_ATTENTION_BACKEND=flash (default)
+// or cudnn picks the implementation.
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                       int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, double scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv);
+
+// cross_entropy.cu. logits/dlogits bfloat16 or float32; statistics and dloss float32.
+void logits_row_max(const Tensor& logits, Tensor& row_max);
+void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Tensor& labels, int64_t vocab_start,
+                          Tensor& sumexp, Tensor& target_logit);
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
+                            const Tensor& dloss, Tensor& dlogits);
+
+// adamw.cu. param, exp_avg, exp_avg_sq float32 (or all float64); grad float32
+// or bfloat16.
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const ops::AdamWParams& hp);
+
+}  // namespace bb::cuda

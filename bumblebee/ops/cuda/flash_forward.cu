@@ -1,0 +1,231 @@
+// Flash attention forward (FlashAttention-2 scheme) on mma.sync tensor cores:
+// causal, grouped-query, variable-length packed sequences.
+//
+// One block of 4 warps computes 64 query rows of one head of one sequence;
+// each warp owns 16 rows. Key/value tiles of 64 rows stream through shared
+// memory, double-buffered with cp.async so the next tile loads while this one
+// is multiplied. Per tile: S = Q K^T on the tensor cores, causal and length
+// masking, the online softmax (running max and sum per row, rescaling the
+// output accumulator), then O += P V with P taken straight from the S
+// accumulators. The block reads kv head h / (Hq / Hkv), so grouped-query
+// attention never materialises repeated K/V.
+//
+// The head dimension is padded to 64 or 128 in shared memory (zero-filled),
+// so any multiple of 8 up to 128 works; lse is written in natural log units.
+#include "bumblebee/ops/cuda/attention_backends.h"
+#include "bumblebee/ops/cuda/cuda_common.cuh"
+#include "bumblebee/ops/cuda/flash_common.cuh"
+
+namespace bb::cuda {
+namespace flash {
+namespace {
+
+constexpr int kBlockM = 64;  // query rows per block
+constexpr int kBlockN = 64;  // key rows per tile
+
+template <int D>
+constexpr size_t forward_smem_bytes() {
+  return size_t(kBlockM + 4 * kBlockN) * smem_stride<D>() * sizeof(bf16);  // Q, 2 x K, 2 x V
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p) {
+  constexpr int S = smem_stride<D>();
+  constexpr int kDBlocks = D / 8;    // 8-column blocks of the output
+  constexpr int kDSteps = D / 16;    // 16-deep k-steps of Q K^T
+  constexpr int kNBlocks = kBlockN / 8;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sK = sQ + kBlockM * S;         // two buffers of kBlockN * S
+  bf16* sV = sK + 2 * kBlockN * S;     // two buffers
+
+  // Heavier blocks (later query rows see more keys) are scheduled first.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int head = blockIdx.y, seq = blockIdx.z;
+  const int start = p.cu_seqlens[seq];
+  const int len = p.cu_seqlens[seq + 1] - start;
+  const int m0 = m_block * kBlockM;
+  if (m0 >= len) return;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int kv_head = head / (p.heads_q / p.heads_kv);
+  const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
+  const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
+  const bf16* q = p.q + int64_t(start) * q_stride + int64_t(head) * p.head_dim;
+  const bf16* k = p.k + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const bf16* v = p.v + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
+
+  // Causal: keys up to the block's last query row.
+  const int kv_end = min(len, m0 + kBlockM);
+  const int n_tiles = (kv_end + kBlockN - 1) / kBlockN;
+
+  load_tile<kBlockM, D>(sQ, q, q_stride, m0, len, p.head_dim);
+  load_tile<kBlockN, D>(sK, k, kv_stride, 0, len, p.head_dim);
+  load_tile<kBlockN, D>(sV, v, kv_stride, 0, len, p.head_dim);
+  cp_async_commit();
+
+  uint32_t qf[kDSteps][4];
+  float o[kDBlocks][4];
+#pragma unroll
+  for (int i = 0; i < kDBlocks; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // running max of scaled scores, log2 units
+  float row_sum[2] = {0.f, 0.f};              // this thread's share of the running sum
+  const int qrow[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int buf = tile & 1;
+    if (tile + 1 < n_tiles) {
+      load_tile<kBlockN, D>(sK + (buf ^ 1) * kBlockN * S, k, kv_stride, (tile + 1) * kBlockN, len, p.head_dim);
+      load_tile<kBlockN, D>(sV + (buf ^ 1) * kBlockN * S, v, kv_stride, (tile + 1) * kBlockN, len, p.head_dim);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // everything but the tile just requested has landed
+    __syncthreads();
+
+    if (tile == 0) {
+#pragma unroll
+      for (int ks = 0; ks < kDSteps; ++ks) {
+        const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int c = ks * 16 + (lane >> 4) * 8;
+        ldmatrix_x4(qf[ks], sQ + r * S + c);
+      }
+    }
+
+    // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
+    const bf16* kt = sK + buf * kBlockN * S;
+    float s[kNBlocks][4];
+#pragma unroll
+    for (int i = 0; i < kNBlocks; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int nb2 = 0; nb2 < kNBlocks / 2; ++nb2) {
+#pragma unroll
+      for (int ks = 0; ks < kDSteps; ++ks) {
+        uint32_t b[4];
+        const int r = nb2 * 16 + (lane & 7) + (lane >> 4) * 8;
+        const int c = ks * 16 + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(b, kt + r * S + c);
+        mma_16816(s[2 * nb2], qf[ks], b[0], b[1]);
+        mma_16816(s[2 * nb2 + 1], qf[ks], b[2], b[3]);
+      }
+    }
+
+    // Mask keys past the query (causal) and past the sequence.
+    const int n0 = tile * kBlockN;
+    if (n0 + kBlockN - 1 > m0 || n0 + kBlockN > len) {
+#pragma unroll
+      for (int nb = 0; nb < kNBlocks; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + nb * 8 + 2 * t + (e & 1);
+          const int row = qrow[e >> 1];
+          if (key > row || key >= len) s[nb][e] = -INFINITY;
+        }
+      }
+    }
+
+    // Online softmax: new running max, rescale what was accumulated, P = exp2.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < kNBlocks; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[r], mx * p.scale_log2);
+      // A row with every key so far masked keeps max -inf; subtracting 0
+      // instead keeps exp2 at exactly 0 rather than NaN.
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float correction = exp2f(row_max[r] - m_use);
+      row_max[r] = m_new;
+      row_sum[r] *= correction;
+#pragma unroll
+      for (int db = 0; db < kDBlocks; ++db) {
+        o[db][2 * r] *= correction;
+        o[db][2 * r + 1] *= correction;
+      }
+#pragma unroll
+      for (int nb = 0; nb < kNBlocks; ++nb) {
+        s[nb][2 * r] = exp2f(fmaf(s[nb][2 * r], p.scale_log2, -m_use));
+        s[nb][2 * r + 1] = exp2f(fmaf(s[nb][2 * r + 1], p.scale_log2, -m_use));
+        row_sum[r] += s[nb][2 * r] + s[nb][2 * r + 1];
+      }
+    }
+
+    // O += P V, P from the S accumulators, V through ldmatrix.trans.
+    uint32_t pa[kBlockN / 16][4];
+    c_to_a<kBlockN / 16>(s, pa);
+    const bf16* vt = sV + buf * kBlockN * S;
+#pragma unroll
+    for (int db2 = 0; db2 < kDBlocks / 2; ++db2) {
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t b[4];
+        const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int c = db2 * 16 + (lane >> 4) * 8;
+        ldmatrix_x4_trans(b, vt + r * S + c);
+        mma_16816(o[2 * db2], pa[kk], b[0], b[1]);
+        mma_16816(o[2 * db2 + 1], pa[kk], b[2], b[3]);
+      }
+    }
+    __syncthreads();  // this buffer is refilled two tiles from now
+  }
+
+  // Normalise, write O and lse for rows inside the sequence.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const int row = qrow[r];
+    if (row < len) {
+      bf16* out = p.out + (int64_t(start) + row) * q_stride + int64_t(head) * p.head_dim;
+#pragma unroll
+      for (int db = 0; db < kDBlocks; ++db) {
+        const int col = db * 8 + 2 * t;
+        if (col < p.head_dim)
+          *reinterpret_cast<uint32_t*>(out + col) = pack_bf16(o[db][2 * r] * inv, o[db][2 * r + 1] * inv);
+      }
+      if (t == 0) {
+        p.lse[(int64_t(start) + row) * p.heads_q + head] =
+            sum > 0.f ? row_max[r] * kLn2 + logf(sum) : -INFINITY;
+      }
+    }
+  }
+}
+
+template <int D>
+void launch_forward(const Params& p, int max_seqlen, int num_seqs, cudaStream_t stream) {
+  const size_t smem = forward_smem_bytes<D>();
+  CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  dim3 grid(unsigned((max_seqlen + kBlockM - 1) / kBlockM), unsigned(p.heads_q), unsigned(num_seqs));
+  flash_forward_kernel<D><<<grid, kThreads, smem, stream>>>(p);
+  CUDA_CHECK_LAUNCH("flash_attention_forward");
+}
+
+}  // namespace
+}  // namespace flash
+
+void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                             int64_t max_seqlen, double scale, Tensor& out, Tensor& lse) {
+  flash::Params p{};
+  p.q = static_cast<const bf16*>(q.raw());
+  p.k = static_cast<const bf16*>(k.raw());
+  p.v = static_cast<const bf16*>(v.raw());
+  p.cu_seqlens = static_cast<const int*>(cu_seqlens.raw());
+  p.heads_q = int(q.size(1));
+  p.heads_kv = int(k.size(1));
+  p.head_dim = int(q.size(2));
+  p.scale = float(scale);
+  p.scale_log2 = float(scale) * flash::kLog2e;
+  p.out = static_cast<bf16*>(out.raw());
+  p.lse = static_cast<float*>(lse.raw());
+  const int num_seqs = int(cu_seqlens.numel() - 1);
+  cudaStream_t stream = current_stream();
+  if (p.head_dim <= 64) flash::launch_forward<64>(p, int(max_seqlen), num_seqs, stream);
+  else flash::launch_forward<128>(p, int(max_seqlen), num_seqs, stream);
+}
+
+}  // namespace bb::cuda

@@ -1,0 +1,98 @@
+// Reductions that return one number to the host: sum, sum of squares, count
+// of zeros, all-finite. Each is two kernels (block partials, then one block
+// over the partials) and one device-to-host copy, the call's only sync.
+//
+// Accumulation is in double per thread and per block: these feed the global
+// gradient norm and the loss report, where a billion-element fp32 sum would
+// lose digits; the kernels stay memory-bound either way.
+#include "bumblebee/ops/cuda/cuda_common.cuh"
+#include "bumblebee/ops/cuda/cuda_memory.h"
+#include "bumblebee/ops/cuda/cuda_ops.h"
+
+namespace bb::cuda {
+namespace {
+
+enum class Reduction { Sum, SumSquares, CountZeros, CountNonFinite };
+
+template <Reduction R>
+__device__ __forceinline__ double term(double v) {
+  if constexpr (R == Reduction::Sum) return v;
+  else if constexpr (R == Reduction::SumSquares) return v * v;
+  else if constexpr (R == Reduction::CountZeros) return v == 0.0 ? 1.0 : 0.0;
+  else return isfinite(v) ? 0.0 : 1.0;
+}
+
+template <typename T>
+__device__ __forceinline__ double to_double(T x) {
+  if constexpr (std::is_same_v<T, double>) return x;
+  else return double(to_float(x));
+}
+
+constexpr int kThreads = 256;
+
+// partials[blockIdx.x] = this block's share; `vectorised` means 16-byte loads
+// over n / Pack16<T>::N whole packs.
+template <typename T, Reduction R>
+__global__ void reduce_partials_kernel(const T* __restrict__ x, int64_t n, bool vectorised, double* partials) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t start = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (vectorised) {
+    constexpr int N = Pack16<T>::N;
+    for (int64_t p = start; p < n / N; p += stride) {
+      Pack16<T> pk = load_pack(x + p * N);
+#pragma unroll
+      for (int i = 0; i < N; ++i) acc += term<R>(to_double(pk.v[i]));
+    }
+  } else {
+    for (int64_t i = start; i < n; i += stride) acc += term<R>(to_double(x[i]));
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void reduce_final_kernel(const double* __restrict__ partials, int count, double* result) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *result = acc;
+}
+
+template <Reduction R>
+double reduce(const Tensor& x, const char* op) {
+  check_cuda(x, op, "x");
+  const int64_t n = x.numel();
+  if (n == 0) return 0.0;
+  DeviceGuard guard(x.device().index);
+  cudaStream_t stream = current_stream();
+  const int blocks = grid_for(n, kThreads);
+  // partials[0, blocks) and the result after them, from the pool.
+  Tensor scratch = Tensor::empty({int64_t(blocks) + 1}, DType::F64, x.device());
+  double* partials = static_cast<double*>(scratch.raw());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(x.raw());
+    bool vectorised = n % Pack16<T>::N == 0 && aligned16(p);
+    reduce_partials_kernel<T, R><<<blocks, kThreads, 0, stream>>>(p, n, vectorised, partials);
+  });
+  CUDA_CHECK_LAUNCH(op);
+  reduce_final_kernel<<<1, 1024, 0, stream>>>(partials, blocks, partials + blocks);
+  CUDA_CHECK_LAUNCH(op);
+  double result = 0.0;
+  copy(&result, false, partials + blocks, true, sizeof(double));
+  return result;
+}
+
+}  // namespace
+
+double sum(const Tensor& x) { return reduce<Reduction::Sum>(x, "sum"); }
+
+double sum_squares(const Tensor& x) { return reduce<Reduction::SumSquares>(x, "sum_squares"); }
+
+int64_t count_zeros(const Tensor& x) { return int64_t(reduce<Reduction::CountZeros>(x, "count_zeros")); }
+
+bool all_finite(const Tensor& x) { return reduce<Reduction::CountNonFinite>(x, "all_finite") == 0.0; }
+
+}  // namespace bb::cuda

@@ -1,0 +1,518 @@
+// Argument checks and device dispatch for the op surface (ops.h).
+//
+// Each op checks what it can without reading tensor data on the device: that
+// its tensors are defined, live on one device, have the documented shapes,
+// and that index tensors hold int32/int64. Then it hands off to ops/cpu or
+// ops/cuda. The CPU dtype rule (one floating dtype per call) is checked here;
+// the CUDA backend checks its own mixed-precision rules (bf16 activations,
+// fp32 statistics and gradients), which only it knows in detail.
+#include "bumblebee/ops/ops.h"
+
+#include <cmath>
+#include <initializer_list>
+#include <vector>
+
+#include "bumblebee/ops/cpu/cpu_ops.h"
+
+#ifdef BB_WITH_CUDA
+#include "bumblebee/ops/cuda/cuda_ops.h"
+#endif
+
+namespace bb::ops {
+namespace {
+
+struct Arg {
+  const Tensor& t;
+  const char* name;
+};
+
+// The device every tensor of the call lives on.
+Device common_device(const char* op, std::initializer_list<Arg> args) {
+  for (const Arg& a : args) BB_CHECK(a.t.defined(), op, ": tensor '", a.name, "' is undefined");
+  const Arg& first = *args.begin();
+  for (const Arg& a : args) {
+    BB_CHECK(a.t.device() == first.t.device(), op, ": tensor '", a.name, "' is on ", a.t.device().str(),
+             " but '", first.name, "' is on ", first.t.device().str());
+  }
+  return first.t.device();
+}
+
+void expect_dim(const char* op, const Tensor& t, const char* name, int64_t dim) {
+  BB_CHECK(t.dim() == dim, op, ": tensor '", name, "' must be ", dim, "-D, got shape ", shape_str(t.shape()));
+}
+
+void expect_shape(const char* op, const Tensor& t, const char* name, const Shape& shape) {
+  BB_CHECK(t.shape() == shape, op, ": tensor '", name, "' has shape ", shape_str(t.shape()), ", expected ",
+           shape_str(shape));
+}
+
+void expect_index(const char* op, const Tensor& t, const char* name) {
+  BB_CHECK(t.dtype() == DType::I32 || t.dtype() == DType::I64, op, ": index tensor '", name,
+           "' must be int32 or int64, got ", dtype_name(t.dtype()));
+}
+
+void expect_cpu_float(const char* op, const Arg& a) {
+  BB_CHECK(a.t.dtype() == DType::F32 || a.t.dtype() == DType::F64, op,
+           ": the CPU backend computes in float32 or float64, but tensor '", a.name, "' is ",
+           dtype_name(a.t.dtype()));
+}
+
+// CPU rule: every floating tensor of one call has the same dtype.
+void expect_cpu_same_float(const char* op, std::initializer_list<Arg> args) {
+  const Arg& first = *args.begin();
+  expect_cpu_float(op, first);
+  for (const Arg& a : args) {
+    BB_CHECK(a.t.dtype() == first.t.dtype(), op, ": CPU tensors of one call share a dtype, but '", a.name,
+             "' is ", dtype_name(a.t.dtype()), " and '", first.name, "' is ", dtype_name(first.t.dtype()));
+  }
+}
+
+[[maybe_unused]] [[noreturn]] void no_cuda_build(const char* op) {
+  BB_FAIL(op, ": tensors are on CUDA but this Bumblebee build has no CUDA backend "
+              "(configure found no CUDA toolkit, or BB_ENABLE_CUDA=OFF); use device=cpu or rebuild with CUDA");
+}
+
+// Shapes shared by the attention forward and backward; returns nothing, throws on mismatch.
+void check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const Tensor& cu_seqlens, int64_t max_seqlen) {
+  expect_dim(op, q, "q", 3);
+  expect_dim(op, k, "k", 3);
+  const int64_t tokens = q.size(0), heads_q = q.size(1), heads_kv = k.size(1), head_dim = q.size(2);
+  expect_shape(op, k, "k", {tokens, heads_kv, head_dim});
+  expect_shape(op, v, "v", {tokens, heads_kv, head_dim});
+  BB_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, op, ": query heads (", heads_q,
+           ") must be a multiple of key/value heads (", heads_kv, ")");
+  expect_dim(op, cu_seqlens, "cu_seqlens", 1);
+  BB_CHECK(cu_seqlens.numel() >= 1, op, ": cu_seqlens needs at least one offset (the leading 0)");
+  BB_CHECK(cu_seqlens.dtype() == DType::I32, op, ": cu_seqlens must be int32, got ",
+           dtype_name(cu_seqlens.dtype()));
+  BB_CHECK(max_seqlen >= 0, op, ": max_seqlen is negative (", max_seqlen, ")");
+}
+
+// On the host the offsets can be read without a device sync, so a bad
+// cu_seqlens is caught here instead of becoming an out-of-bounds read.
+void check_cu_seqlens_host(const char* op, const Tensor& cu_seqlens, int64_t tokens, int64_t max_seqlen) {
+  const int32_t* cu = cu_seqlens.data<int32_t>();
+  const int64_t n = cu_seqlens.numel();
+  BB_CHECK(cu[0] == 0, op, ": cu_seqlens must start at 0, got ", cu[0]);
+  for (int64_t s = 0; s + 1 < n; ++s) {
+    const int64_t len = int64_t(cu[s + 1]) - cu[s];
+    BB_CHECK(len >= 0, op, ": cu_seqlens decreases at index ", s + 1, " (", cu[s], " -> ", cu[s + 1], ")");
+    BB_CHECK(len <= max_seqlen, op, ": sequence ", s, " has ", len, " tokens, more than max_seqlen ", max_seqlen);
+  }
+  BB_CHECK(cu[n - 1] == tokens, op, ": cu_seqlens ends at ", cu[n - 1], " but q has ", tokens, " tokens");
+}
+
+}  // namespace
+
+// The CUDA backend mirrors every op under the same name and parameters.
+#ifdef BB_WITH_CUDA
+#define BB_DISPATCH_CUDA(fn, ...) return cuda::fn(__VA_ARGS__)
+#else
+#define BB_DISPATCH_CUDA(fn, ...) no_cuda_build(#fn)
+#endif
+
+// ---- GEMM -------------------------------------------------------------------------
+
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
+  const char* op = "matmul";
+  const Device dev = common_device(op, {{a, "a"}, {b, "b"}, {c, "c"}});
+  expect_dim(op, a, "a", 2);
+  expect_dim(op, b, "b", 2);
+  expect_dim(op, c, "c", 2);
+  const int64_t m = trans_a ? a.size(1) : a.size(0), k_a = trans_a ? a.size(0) : a.size(1);
+  const int64_t k_b = trans_b ? b.size(1) : b.size(0), n = trans_b ? b.size(0) : b.size(1);
+  BB_CHECK(k_a == k_b, op, ": inner dimensions differ: a ", shape_str(a.shape()), (trans_a ? "^T" : ""), " @ b ",
+           shape_str(b.shape()), (trans_b ? "^T" : ""));
+  expect_shape(op, c, "c", {m, n});
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{a, "a"}, {b, "b"}, {c, "c"}});
+    return cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+  }
+  BB_DISPATCH_CUDA(matmul, a, trans_a, b, trans_b, c, alpha, beta);
+}
+
+// ---- elementwise ------------------------------------------------------------------------
+
+void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  const char* op = "add";
+  const Device dev = common_device(op, {{a, "a"}, {b, "b"}, {out, "out"}});
+  expect_shape(op, b, "b", a.shape());
+  expect_shape(op, out, "out", a.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{a, "a"}, {b, "b"}, {out, "out"}});
+    return cpu::add(a, b, out);
+  }
+  BB_DISPATCH_CUDA(add, a, b, out);
+}
+
+void add_(Tensor& acc, const Tensor& x, double alpha) {
+  const char* op = "add_";
+  const Device dev = common_device(op, {{acc, "acc"}, {x, "x"}});
+  expect_shape(op, x, "x", acc.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_float(op, {acc, "acc"});
+    expect_cpu_float(op, {x, "x"});
+    return cpu::add_(acc, x, alpha);
+  }
+  BB_DISPATCH_CUDA(add_, acc, x, alpha);
+}
+
+void scale_(Tensor& x, double s) {
+  const char* op = "scale_";
+  const Device dev = common_device(op, {{x, "x"}});
+  if (dev.is_cpu()) {
+    expect_cpu_float(op, {x, "x"});
+    return cpu::scale_(x, s);
+  }
+  BB_DISPATCH_CUDA(scale_, x, s);
+}
+
+void mul(const Tensor& a, const Tensor& b, Tensor& out) {
+  const char* op = "mul";
+  const Device dev = common_device(op, {{a, "a"}, {b, "b"}, {out, "out"}});
+  expect_shape(op, b, "b", a.shape());
+  expect_shape(op, out, "out", a.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{a, "a"}, {b, "b"}, {out, "out"}});
+    return cpu::mul(a, b, out);
+  }
+  BB_DISPATCH_CUDA(mul, a, b, out);
+}
+
+// ---- reductions ---------------------------------------------------------------------------
+
+double sum(const Tensor& x) {
+  const char* op = "sum";
+  if (common_device(op, {{x, "x"}}).is_cpu()) {
+    expect_cpu_float(op, {x, "x"});
+    return cpu::sum(x);
+  }
+  BB_DISPATCH_CUDA(sum, x);
+}
+
+double sum_squares(const Tensor& x) {
+  const char* op = "sum_squares";
+  if (common_device(op, {{x, "x"}}).is_cpu()) {
+    expect_cpu_float(op, {x, "x"});
+    return cpu::sum_squares(x);
+  }
+  BB_DISPATCH_CUDA(sum_squares, x);
+}
+
+int64_t count_zeros(const Tensor& x) {
+  const char* op = "count_zeros";
+  if (common_device(op, {{x, "x"}}).is_cpu()) {
+    expect_cpu_float(op, {x, "x"});
+    return cpu::count_zeros(x);
+  }
+  BB_DISPATCH_CUDA(count_zeros, x);
+}
+
+bool all_finite(const Tensor& x) {
+  const char* op = "all_finite";
+  if (common_device(op, {{x, "x"}}).is_cpu()) {
+    expect_cpu_float(op, {x, "x"});
+    return cpu::all_finite(x);
+  }
+  BB_DISPATCH_CUDA(all_finite, x);
+}
+
+// ---- embedding --------------------------------------------------------------------------------
+
+void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_start, Tensor& out) {
+  const char* op = "embedding_forward";
+  const Device dev = common_device(op, {{weight, "weight"}, {ids, "ids"}, {out, "out"}});
+  expect_dim(op, weight, "weight", 2);
+  expect_dim(op, ids, "ids", 1);
+  expect_index(op, ids, "ids");
+  expect_shape(op, out, "out", {ids.size(0), weight.size(1)});
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{weight, "weight"}, {out, "out"}});
+    return cpu::embedding_forward(weight, ids, vocab_start, out);
+  }
+  BB_DISPATCH_CUDA(embedding_forward, weight, ids, vocab_start, out);
+}
+
+void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start, Tensor& grad_weight) {
+  const char* op = "embedding_backward";
+  const Device dev = common_device(op, {{grad_out, "grad_out"}, {ids, "ids"}, {grad_weight, "grad_weight"}});
+  expect_dim(op, grad_weight, "grad_weight", 2);
+  expect_dim(op, ids, "ids", 1);
+  expect_index(op, ids, "ids");
+  expect_shape(op, grad_out, "grad_out", {ids.size(0), grad_weight.size(1)});
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{grad_out, "grad_out"}, {grad_weight, "grad_weight"}});
+    return cpu::embedding_backward(grad_out, ids, vocab_start, grad_weight);
+  }
+  BB_DISPATCH_CUDA(embedding_backward, grad_out, ids, vocab_start, grad_weight);
+}
+
+// ---- RMSNorm --------------------------------------------------------------------------------------
+// x may have any rank >= 1: its rows are everything but the last dimension
+// (so q/k norm can pass [T, heads, D] without a reshape); rstd is flat [R].
+
+namespace {
+int64_t rmsnorm_rows(const char* op, const Tensor& x, const Tensor& w) {
+  BB_CHECK(x.dim() >= 1, op, ": tensor 'x' must have at least one dimension");
+  expect_dim(op, w, "w", 1);
+  const int64_t n = x.size(-1);
+  BB_CHECK(n > 0, op, ": tensor 'x' has an empty last dimension, shape ", shape_str(x.shape()));
+  expect_shape(op, w, "w", {n});
+  return x.numel() / n;
+}
+}  // namespace
+
+void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) {
+  const char* op = "rmsnorm_forward";
+  const Device dev = common_device(op, {{x, "x"}, {w, "w"}, {y, "y"}, {rstd, "rstd"}});
+  const int64_t rows = rmsnorm_rows(op, x, w);
+  expect_shape(op, y, "y", x.shape());
+  expect_shape(op, rstd, "rstd", {rows});
+  BB_CHECK(eps >= 0.0, op, ": eps is negative (", eps, ")");
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{x, "x"}, {w, "w"}, {y, "y"}, {rstd, "rstd"}});
+    return cpu::rmsnorm_forward(x, w, eps, y, rstd);
+  }
+  BB_DISPATCH_CUDA(rmsnorm_forward, x, w, eps, y, rstd);
+}
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                      Tensor& dw) {
+  const char* op = "rmsnorm_backward";
+  const Device dev =
+      common_device(op, {{dy, "dy"}, {x, "x"}, {w, "w"}, {rstd, "rstd"}, {dx, "dx"}, {dw, "dw"}});
+  const int64_t rows = rmsnorm_rows(op, x, w);
+  expect_shape(op, dy, "dy", x.shape());
+  expect_shape(op, dx, "dx", x.shape());
+  expect_shape(op, rstd, "rstd", {rows});
+  expect_shape(op, dw, "dw", w.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{x, "x"}, {dy, "dy"}, {w, "w"}, {rstd, "rstd"}, {dx, "dx"}, {dw, "dw"}});
+    return cpu::rmsnorm_backward(dy, x, w, rstd, dx, dw);
+  }
+  BB_DISPATCH_CUDA(rmsnorm_backward, dy, x, w, rstd, dx, dw);
+}
+
+// ---- RoPE -------------------------------------------------------------------------------------------
+
+namespace {
+void check_rope(const char* op, const Tensor& x, const char* x_name, const Tensor& position_ids,
+                const Tensor& inv_freq, const Tensor& out, const char* out_name, Device dev) {
+  expect_dim(op, x, x_name, 3);
+  BB_CHECK(x.size(2) % 2 == 0, op, ": head dimension of '", x_name, "' must be even, got shape ",
+           shape_str(x.shape()));
+  expect_shape(op, out, out_name, x.shape());
+  expect_dim(op, position_ids, "position_ids", 1);
+  expect_index(op, position_ids, "position_ids");
+  expect_shape(op, position_ids, "position_ids", {x.size(0)});
+  BB_CHECK(inv_freq.defined(), op, ": tensor 'inv_freq' is undefined");
+  BB_CHECK(inv_freq.device().is_cpu() || inv_freq.device() == dev, op, ": tensor 'inv_freq' is on ",
+           inv_freq.device().str(), ", expected the host or ", dev.str());
+  BB_CHECK(inv_freq.dtype() == DType::F64, op, ": tensor 'inv_freq' must be float64, got ",
+           dtype_name(inv_freq.dtype()));
+  expect_shape(op, inv_freq, "inv_freq", {x.size(2) / 2});
+}
+}  // namespace
+
+void rope_forward(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out) {
+  const char* op = "rope_forward";
+  const Device dev = common_device(op, {{x, "x"}, {position_ids, "position_ids"}, {out, "out"}});
+  check_rope(op, x, "x", position_ids, inv_freq, out, "out", dev);
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{x, "x"}, {out, "out"}});
+    return cpu::rope_forward(x, position_ids, inv_freq, out);
+  }
+  BB_DISPATCH_CUDA(rope_forward, x, position_ids, inv_freq, out);
+}
+
+void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx) {
+  const char* op = "rope_backward";
+  const Device dev = common_device(op, {{dy, "dy"}, {position_ids, "position_ids"}, {dx, "dx"}});
+  check_rope(op, dy, "dy", position_ids, inv_freq, dx, "dx", dev);
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{dy, "dy"}, {dx, "dx"}});
+    return cpu::rope_backward(dy, position_ids, inv_freq, dx);
+  }
+  BB_DISPATCH_CUDA(rope_backward, dy, position_ids, inv_freq, dx);
+}
+
+// ---- SwiGLU -----------------------------------------------------------------------------------------
+
+void swiglu_forward(const Tensor& gate_up, Tensor& out) {
+  const char* op = "swiglu_forward";
+  const Device dev = common_device(op, {{gate_up, "gate_up"}, {out, "out"}});
+  expect_dim(op, gate_up, "gate_up", 2);
+  BB_CHECK(gate_up.size(1) % 2 == 0, op, ": tensor 'gate_up' needs an even number of columns, got shape ",
+           shape_str(gate_up.shape()));
+  expect_shape(op, out, "out", {gate_up.size(0), gate_up.size(1) / 2});
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{gate_up, "gate_up"}, {out, "out"}});
+    return cpu::swiglu_forward(gate_up, out);
+  }
+  BB_DISPATCH_CUDA(swiglu_forward, gate_up, out);
+}
+
+void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_up) {
+  const char* op = "swiglu_backward";
+  const Device dev = common_device(op, {{dout, "dout"}, {gate_up, "gate_up"}, {d_gate_up, "d_gate_up"}});
+  expect_dim(op, dout, "dout", 2);
+  expect_shape(op, gate_up, "gate_up", {dout.size(0), 2 * dout.size(1)});
+  expect_shape(op, d_gate_up, "d_gate_up", gate_up.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{dout, "dout"}, {gate_up, "gate_up"}, {d_gate_up, "d_gate_up"}});
+    return cpu::swiglu_backward(dout, gate_up, d_gate_up);
+  }
+  BB_DISPATCH_CUDA(swiglu_backward, dout, gate_up, d_gate_up);
+}
+
+// ---- attention ----------------------------------------------------------------------------------------
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                       int64_t max_seqlen, double scale, Tensor& out, Tensor& lse) {
+  const char* op = "attention_forward";
+  const Device dev = common_device(
+      op, {{q, "q"}, {k, "k"}, {v, "v"}, {cu_seqlens, "cu_seqlens"}, {out, "out"}, {lse, "lse"}});
+  check_attention_shapes(op, q, k, v, cu_seqlens, max_seqlen);
+  expect_shape(op, out, "out", q.shape());
+  expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"}});
+    check_cu_seqlens_host(op, cu_seqlens, q.size(0), max_seqlen);
+    return cpu::attention_forward(q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
+  }
+  BB_DISPATCH_CUDA(attention_forward, q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, double scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
+  const char* op = "attention_backward";
+  const Device dev = common_device(op, {{dout, "dout"}, {q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
+                                        {cu_seqlens, "cu_seqlens"}, {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
+  check_attention_shapes(op, q, k, v, cu_seqlens, max_seqlen);
+  expect_shape(op, dout, "dout", q.shape());
+  expect_shape(op, out, "out", q.shape());
+  expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
+  expect_shape(op, dq, "dq", q.shape());
+  expect_shape(op, dk, "dk", k.shape());
+  expect_shape(op, dv, "dv", v.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{q, "q"}, {dout, "dout"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
+                               {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
+    check_cu_seqlens_host(op, cu_seqlens, q.size(0), max_seqlen);
+    return cpu::attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
+  }
+  BB_DISPATCH_CUDA(attention_backward, dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
+}
+
+// ---- cross entropy --------------------------------------------------------------------------------------
+
+void logits_row_max(const Tensor& logits, Tensor& row_max) {
+  const char* op = "logits_row_max";
+  const Device dev = common_device(op, {{logits, "logits"}, {row_max, "row_max"}});
+  expect_dim(op, logits, "logits", 2);
+  expect_shape(op, row_max, "row_max", {logits.size(0)});
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{logits, "logits"}, {row_max, "row_max"}});
+    return cpu::logits_row_max(logits, row_max);
+  }
+  BB_DISPATCH_CUDA(logits_row_max, logits, row_max);
+}
+
+void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Tensor& labels, int64_t vocab_start,
+                          Tensor& sumexp, Tensor& target_logit) {
+  const char* op = "logits_sumexp_target";
+  const Device dev = common_device(op, {{logits, "logits"}, {row_max, "row_max"}, {labels, "labels"},
+                                        {sumexp, "sumexp"}, {target_logit, "target_logit"}});
+  expect_dim(op, logits, "logits", 2);
+  const Shape rows{logits.size(0)};
+  expect_shape(op, row_max, "row_max", rows);
+  expect_shape(op, labels, "labels", rows);
+  expect_index(op, labels, "labels");
+  expect_shape(op, sumexp, "sumexp", rows);
+  expect_shape(op, target_logit, "target_logit", rows);
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(
+        op, {{logits, "logits"}, {row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"}});
+    return cpu::logits_sumexp_target(logits, row_max, labels, vocab_start, sumexp, target_logit);
+  }
+  BB_DISPATCH_CUDA(logits_sumexp_target, logits, row_max, labels, vocab_start, sumexp, target_logit);
+}
+
+void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, Tensor& lse,
+                        Tensor& loss) {
+  const char* op = "cross_entropy_loss";
+  const Device dev = common_device(
+      op, {{row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"}, {lse, "lse"}, {loss, "loss"}});
+  expect_dim(op, row_max, "row_max", 1);
+  expect_shape(op, sumexp, "sumexp", row_max.shape());
+  expect_shape(op, target_logit, "target_logit", row_max.shape());
+  expect_shape(op, lse, "lse", row_max.shape());
+  expect_shape(op, loss, "loss", row_max.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"},
+                               {lse, "lse"}, {loss, "loss"}});
+    return cpu::cross_entropy_loss(row_max, sumexp, target_logit, lse, loss);
+  }
+#ifdef BB_WITH_CUDA
+  // cuda_ops.h has no cross_entropy_loss kernel (the op was added to ops.h
+  // after it). The statistics are [N] float32, so finish them on the host:
+  // correct, at the price of one device sync per call.
+  Tensor lse_host = Tensor::empty(lse.shape(), lse.dtype()), loss_host = Tensor::empty(loss.shape(), loss.dtype());
+  const Tensor max_host = row_max.to(Device::cpu()), sumexp_host = sumexp.to(Device::cpu()),
+               target_host = target_logit.to(Device::cpu());
+  expect_cpu_same_float(op, {{max_host, "row_max"}, {sumexp_host, "sumexp"}, {target_host, "target_logit"},
+                             {lse_host, "lse"}, {loss_host, "loss"}});
+  cpu::cross_entropy_loss(max_host, sumexp_host, target_host, lse_host, loss_host);
+  lse.copy_from(lse_host);
+  loss.copy_from(loss_host);
+#else
+  no_cuda_build(op);
+#endif
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
+                            const Tensor& dloss, Tensor& dlogits) {
+  const char* op = "cross_entropy_backward";
+  const Device dev = common_device(
+      op, {{logits, "logits"}, {labels, "labels"}, {lse, "lse"}, {dloss, "dloss"}, {dlogits, "dlogits"}});
+  expect_dim(op, logits, "logits", 2);
+  const Shape rows{logits.size(0)};
+  expect_shape(op, labels, "labels", rows);
+  expect_index(op, labels, "labels");
+  expect_shape(op, lse, "lse", rows);
+  expect_shape(op, dloss, "dloss", rows);
+  expect_shape(op, dlogits, "dlogits", logits.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{logits, "logits"}, {lse, "lse"}, {dloss, "dloss"}, {dlogits, "dlogits"}});
+    return cpu::cross_entropy_backward(logits, labels, vocab_start, lse, dloss, dlogits);
+  }
+  BB_DISPATCH_CUDA(cross_entropy_backward, logits, labels, vocab_start, lse, dloss, dlogits);
+}
+
+// ---- optimizer ----------------------------------------------------------------------------------------------
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWParams& hp) {
+  const char* op = "adamw_step";
+  const Device dev = common_device(
+      op, {{param, "param"}, {grad, "grad"}, {exp_avg, "exp_avg"}, {exp_avg_sq, "exp_avg_sq"}});
+  expect_shape(op, grad, "grad", param.shape());
+  expect_shape(op, exp_avg, "exp_avg", param.shape());
+  expect_shape(op, exp_avg_sq, "exp_avg_sq", param.shape());
+  BB_CHECK(hp.step >= 1, op, ": step is 1-based (counted after the increment), got ", hp.step);
+  BB_CHECK(hp.beta1 >= 0.0 && hp.beta1 < 1.0 && hp.beta2 >= 0.0 && hp.beta2 < 1.0, op,
+           ": betas must lie in [0, 1), got (", hp.beta1, ", ", hp.beta2, ")");
+  BB_CHECK(hp.lr >= 0.0 && hp.eps >= 0.0 && hp.weight_decay >= 0.0, op,
+           ": lr, eps and weight_decay must be non-negative, got lr=", hp.lr, " eps=", hp.eps,
+           " weight_decay=", hp.weight_decay);
+  BB_CHECK(std::isfinite(hp.grad_scale), op, ": grad_scale is not finite (", hp.grad_scale, ")");
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(
+        op, {{param, "param"}, {grad, "grad"}, {exp_avg, "exp_avg"}, {exp_avg_sq, "exp_avg_sq"}});
+    return cpu::adamw_step(param, grad, exp_avg, exp_avg_sq, hp);
+  }
+  BB_DISPATCH_CUDA(adamw_step, param, grad, exp_avg, exp_avg_sq, hp);
+}
+
+}  // namespace bb::ops

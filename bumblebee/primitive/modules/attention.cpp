@@ -1,0 +1,80 @@
+// SelfAttention forward and backward.
+#include "bumblebee/primitive/modules/attention.h"
+
+#include <cmath>
+
+#include "bumblebee/ops/ops.h"
+
+namespace bb {
+
+namespace {
+int64_t heads_per_rank(int64_t heads, int tp, const char* what) {
+  BB_CHECK(heads % tp == 0, what, " ", heads, " is not divisible by tp ", tp);
+  return heads / tp;
+}
+}  // namespace
+
+SelfAttention::SelfAttention(ParamStore& store, const std::string& prefix, const AttentionConfig& cfg,
+                             TensorParallel& tp, const Tensor& inv_freq)
+    : cfg_(cfg),
+      tp_(&tp),
+      heads_local_(heads_per_rank(cfg.num_heads, tp.size(), "num_attention_heads")),
+      kv_heads_local_(heads_per_rank(cfg.num_kv_heads, tp.size(), "num_key_value_heads")),
+      q_proj_(store, prefix + "q_proj.weight", cfg.hidden, cfg.num_heads * cfg.head_dim, tp),
+      k_proj_(store, prefix + "k_proj.weight", cfg.hidden, cfg.num_kv_heads * cfg.head_dim, tp),
+      v_proj_(store, prefix + "v_proj.weight", cfg.hidden, cfg.num_kv_heads * cfg.head_dim, tp),
+      o_proj_(store, prefix + "o_proj.weight", cfg.num_heads * cfg.head_dim, cfg.hidden, tp),
+      inv_freq_(inv_freq) {
+  BB_CHECK(cfg.num_heads % cfg.num_kv_heads == 0, "num_attention_heads ", cfg.num_heads,
+           " is not divisible by num_key_value_heads ", cfg.num_kv_heads);
+  if (cfg.qk_norm) {
+    q_norm_.emplace(store, prefix + "q_norm.weight", cfg.head_dim, cfg.norm_eps);
+    k_norm_.emplace(store, prefix + "k_norm.weight", cfg.head_dim, cfg.norm_eps);
+  }
+}
+
+Tensor SelfAttention::forward(const Tensor& x, const SequenceLayout& seq, Saved& s) {
+  const int64_t D = cfg_.head_dim;
+  s.x_full = tp_->enter(x);
+  const int64_t T = s.x_full.size(0);
+  s.q_raw = q_proj_.forward(s.x_full).view({T, heads_local_, D});
+  s.k_raw = k_proj_.forward(s.x_full).view({T, kv_heads_local_, D});
+  s.v = v_proj_.forward(s.x_full).view({T, kv_heads_local_, D});
+  Tensor q = s.q_raw, k = s.k_raw;
+  if (cfg_.qk_norm) {
+    q = q_norm_->forward(q, s.q_norm);
+    k = k_norm_->forward(k, s.k_norm);
+  }
+  s.q = Tensor::empty(q.shape(), q.dtype(), q.device());
+  s.k = Tensor::empty(k.shape(), k.dtype(), k.device());
+  ops::rope_forward(q, seq.position_ids, inv_freq_, s.q);
+  ops::rope_forward(k, seq.position_ids, inv_freq_, s.k);
+  s.out = Tensor::empty({T, heads_local_, D}, x.dtype(), x.device());
+  s.lse = Tensor::empty({T, heads_local_}, stat_dtype(x.dtype()), x.device());
+  ops::attention_forward(s.q, s.k, s.v, seq.cu_seqlens, seq.max_seqlen, 1.0 / std::sqrt(double(D)), s.out, s.lse);
+  return o_proj_.forward(s.out.view({T, heads_local_ * D}));
+}
+
+Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, const Saved& s) {
+  const int64_t D = cfg_.head_dim;
+  const int64_t T = s.x_full.size(0);
+  Tensor d_out = o_proj_.backward(dy, s.out.view({T, heads_local_ * D})).view({T, heads_local_, D});
+  Tensor dq = Tensor::empty(s.q.shape(), dy.dtype(), dy.device());
+  Tensor dk = Tensor::empty(s.k.shape(), dy.dtype(), dy.device());
+  Tensor dv = Tensor::empty(s.v.shape(), dy.dtype(), dy.device());
+  ops::attention_backward(d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.max_seqlen,
+                          1.0 / std::sqrt(double(D)), dq, dk, dv);
+  ops::rope_backward(dq, seq.position_ids, inv_freq_, dq);
+  ops::rope_backward(dk, seq.position_ids, inv_freq_, dk);
+  if (cfg_.qk_norm) {
+    dq = q_norm_->backward(dq, s.q_norm);
+    dk = k_norm_->backward(dk, s.k_norm);
+  }
+  Tensor dx_full;
+  q_proj_.backward(dq.view({T, heads_local_ * D}), s.x_full, dx_full, false);
+  k_proj_.backward(dk.view({T, kv_heads_local_ * D}), s.x_full, dx_full, true);
+  v_proj_.backward(dv.view({T, kv_heads_local_ * D}), s.x_full, dx_full, true);
+  return tp_->enter_backward(dx_full);
+}
+
+}  // namespace bb

@@ -1,0 +1,52 @@
+// SelfAttention block: q/k/v column-parallel projections, optional per-head
+// q/k RMSNorm (Qwen3), rotary embedding, causal GQA attention over packed
+// sequences, and the row-parallel output projection.
+//
+// Heads are split over tp ranks: rank r holds query heads [r*Hq/tp, ...) and
+// the kv heads they read, so GQA groups never straddle ranks.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "bumblebee/primitive/modules/linear.h"
+#include "bumblebee/primitive/modules/rmsnorm.h"
+
+namespace bb {
+
+struct AttentionConfig {
+  int64_t hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  bool qk_norm = false;
+  double norm_eps = 1e-6;
+};
+
+// Per-microbatch inputs shared by every layer: positions and sequence layout.
+struct SequenceLayout {
+  Tensor position_ids;   // [T] int64 on the compute device
+  Tensor cu_seqlens;     // [S+1] int32 on the compute device
+  int64_t max_seqlen = 0;
+};
+
+class SelfAttention {
+ public:
+  struct Saved {
+    Tensor x_full, q_raw, k_raw, q, k, v, out, lse;
+    RMSNorm::Saved q_norm, k_norm;
+  };
+  SelfAttention(ParamStore& store, const std::string& prefix, const AttentionConfig& cfg, TensorParallel& tp,
+                const Tensor& inv_freq);
+  Tensor forward(const Tensor& x, const SequenceLayout& seq, Saved& s);
+  Tensor backward(const Tensor& dy, const SequenceLayout& seq, const Saved& s);
+
+ private:
+  AttentionConfig cfg_;
+  TensorParallel* tp_;
+  int64_t heads_local_, kv_heads_local_;
+  ColumnParallelLinear q_proj_, k_proj_, v_proj_;
+  RowParallelLinear o_proj_;
+  std::optional<RMSNorm> q_norm_, k_norm_;
+  Tensor inv_freq_;
+};
+
+}  // namespace bb

@@ -1,0 +1,40 @@
+// Linear forward/backward and the column/row-parallel layers.
+#include "bumblebee/primitive/modules/linear.h"
+
+#include "bumblebee/ops/ops.h"
+
+namespace bb {
+
+Tensor linear_forward(const Tensor& x, const Tensor& w) {
+  Tensor y = Tensor::empty({x.size(0), w.size(0)}, x.dtype(), x.device());
+  ops::matmul(x, false, w, true, y);
+  return y;
+}
+
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& dx,
+                     bool accumulate_dx) {
+  if (!accumulate_dx) dx = Tensor::empty({dy.size(0), w.size(1)}, dy.dtype(), dy.device());
+  ops::matmul(dy, false, w, false, dx, 1.0, accumulate_dx ? 1.0 : 0.0);
+  ops::matmul(dy, true, x, false, dw, 1.0, 1.0);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(ParamStore& store, const std::string& name, int64_t in_features,
+                                           int64_t out_features, TensorParallel& tp)
+    : weight_(&store.add(name, {out_features, in_features}, {ShardKind::Column, tp.rank(), tp.size()})) {}
+
+RowParallelLinear::RowParallelLinear(ParamStore& store, const std::string& name, int64_t in_features,
+                                     int64_t out_features, TensorParallel& tp)
+    : weight_(&store.add(name, {out_features, in_features}, {ShardKind::Row, tp.rank(), tp.size()})), tp_(&tp) {}
+
+Tensor RowParallelLinear::forward(const Tensor& x_local) {
+  return tp_->exit(linear_forward(x_local, weight_->value));
+}
+
+Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x_local) {
+  Tensor dy_full = tp_->exit_backward(dy);
+  Tensor dx;
+  linear_backward(dy_full, x_local, weight_->value, weight_->grad, dx, false);
+  return dx;
+}
+
+}  // namespace bb

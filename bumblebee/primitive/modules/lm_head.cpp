@@ -1,0 +1,95 @@
+// LMHead: chunked vocab-parallel cross entropy.
+#include "bumblebee/primitive/modules/lm_head.h"
+
+#include <algorithm>
+
+#include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/modules/rmsnorm.h"
+
+namespace bb {
+
+namespace {
+// Keep a chunk's logits near 128M elements (256 MB in bf16).
+constexpr int64_t kChunkLogitElements = int64_t(1) << 27;
+}  // namespace
+
+LMHead::LMHead(Parameter& weight, TensorParallel& tp, double temperature)
+    : weight_(&weight), tp_(&tp), inv_temperature_(1.0 / temperature) {
+  BB_CHECK(temperature > 0, "temperature must be positive, got ", temperature);
+}
+
+Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dloss, Tensor* dh_full) {
+  const int64_t T = h_full.size(0);
+  const int64_t V = weight_->shard_valid;
+  const DType act = h_full.dtype(), st = stat_dtype(act);
+  const Device dev = h_full.device();
+  Tensor w = weight_->value.narrow(0, V);
+  Tensor dw = weight_->grad.narrow(0, V);
+  Tensor loss = Tensor::empty({T}, st, dev);
+  const int64_t chunk = std::clamp<int64_t>(kChunkLogitElements / std::max<int64_t>(V, 1), 1, std::max<int64_t>(T, 1));
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t n = std::min(chunk, T - t0);
+    Tensor h = h_full.narrow(t0, n);
+    Tensor lab = labels.narrow(t0, n);
+    Tensor logits = Tensor::empty({n, V}, act, dev);
+    ops::matmul(h, false, w, true, logits, inv_temperature_, 0.0);
+    Tensor row_max = Tensor::empty({n}, st, dev), sumexp = Tensor::empty({n}, st, dev);
+    Tensor target = Tensor::empty({n}, st, dev), lse = Tensor::empty({n}, st, dev);
+    ops::logits_row_max(logits, row_max);
+    if (tp_->size() > 1) tp_->group().all_reduce(row_max, dist::ReduceOp::Max);
+    ops::logits_sumexp_target(logits, row_max, lab, weight_->shard_begin, sumexp, target);
+    if (tp_->size() > 1) {
+      tp_->group().all_reduce(sumexp);
+      tp_->group().all_reduce(target);
+    }
+    Tensor loss_chunk = loss.narrow(t0, n);
+    ops::cross_entropy_loss(row_max, sumexp, target, lse, loss_chunk);
+    if (!dh_full) continue;
+    ops::cross_entropy_backward(logits, lab, weight_->shard_begin, lse, dloss.narrow(t0, n), logits);
+    Tensor dh = dh_full->narrow(t0, n);
+    ops::matmul(logits, false, w, false, dh, inv_temperature_, 0.0);
+    ops::matmul(logits, true, h, false, dw, inv_temperature_, 1.0);
+  }
+  return loss;
+}
+
+Tensor LMHead::full_logits(const Tensor& h) {
+  Tensor h_full = tp_->enter(h);
+  const int64_t T = h_full.size(0), rows = weight_->local_shape[0], V = weight_->full_shape[0];
+  // Transposed logits [rows, T] per rank stack along dim 0 into the padded vocabulary.
+  Tensor local_t = Tensor::empty({rows, T}, h.dtype(), h.device());
+  ops::matmul(weight_->value, false, h_full, true, local_t, inv_temperature_, 0.0);
+  Tensor all_t = local_t;
+  if (tp_->size() > 1) {
+    all_t = Tensor::empty({rows * tp_->size(), T}, h.dtype(), h.device());
+    tp_->group().all_gather(local_t, all_t);
+  }
+  const std::vector<double> lt = all_t.to_doubles();
+  std::vector<double> out(static_cast<size_t>(T * V));
+  for (int64_t v = 0; v < V; ++v)
+    for (int64_t t = 0; t < T; ++t) out[size_t(t * V + v)] = lt[size_t(v * T + t)];
+  return Tensor::from_doubles(out, {T, V}, DType::F64);
+}
+
+Tensor LMHead::forward(const Tensor& h, const Tensor& labels, const Tensor& dloss, Saved& s) {
+  Tensor h_full = tp_->enter(h);
+  s.labels = labels;
+  if (!dloss.defined()) {
+    s.h_full = h_full;
+    return run(h_full, labels, Tensor(), nullptr);
+  }
+  Tensor dh_full = Tensor::empty(h_full.shape(), h.dtype(), h.device());
+  Tensor loss = run(h_full, labels, dloss, &dh_full);
+  s.dh = tp_->enter_backward(dh_full);
+  return loss;
+}
+
+Tensor LMHead::backward(const Tensor& dloss, Saved& s) {
+  if (s.dh.defined()) return s.dh;
+  BB_CHECK(s.h_full.defined(), "LMHead::backward without a saved forward");
+  Tensor dh_full = Tensor::empty(s.h_full.shape(), s.h_full.dtype(), s.h_full.device());
+  run(s.h_full, s.labels, dloss, &dh_full);
+  return tp_->enter_backward(dh_full);
+}
+
+}  // namespace bb

@@ -1,0 +1,46 @@
+// Vocab-parallel LM head with fused cross entropy and per-token log-probs.
+//
+// Logits are never materialised for the whole microbatch: tokens are processed
+// in chunks; for each chunk the head computes logits = h W^T / temperature on
+// its vocabulary shard, reduces the softmax statistics over the tp group, and
+// produces per-token loss (= -log p(label)). When the gradient of the loss with
+// respect to each token's loss is known up front (the built-in loss: the mask
+// divided by the token count) the head also computes dlogits, dh and dW in the
+// same pass and keeps only dh. Otherwise (a custom loss) it keeps h and
+// recomputes each chunk's logits during backward.
+#pragma once
+
+#include <string>
+
+#include "bumblebee/primitive/modules/parameter.h"
+#include "bumblebee/primitive/parallel/tensor_parallel.h"
+
+namespace bb {
+
+class LMHead {
+ public:
+  struct Saved {
+    Tensor h_full;     // [T, H], kept only for the recompute path
+    Tensor labels;     // [T] global ids
+    Tensor dh;         // [T/tp, H], set by the fused path
+  };
+  // `weight` is the head's own Vocab-sharded parameter or the tied embedding.
+  LMHead(Parameter& weight, TensorParallel& tp, double temperature);
+  // h [T/tp, H], labels [T] -> per-token loss [T] (stat dtype). With dloss
+  // defined ([T], stat dtype) gradients are computed in this pass.
+  Tensor forward(const Tensor& h, const Tensor& labels, const Tensor& dloss, Saved& s);
+  // Returns dh [T/tp, H]. For the fused path `dloss` is ignored.
+  Tensor backward(const Tensor& dloss, Saved& s);
+  // Logits over the whole vocabulary [T, V] on the host (gathered over tp),
+  // for validation; never used in training.
+  Tensor full_logits(const Tensor& h);
+
+ private:
+  // One pass over token chunks: per-token loss, and gradients when dloss is defined.
+  Tensor run(const Tensor& h_full, const Tensor& labels, const Tensor& dloss, Tensor* dh_full);
+  Parameter* weight_;
+  TensorParallel* tp_;
+  double inv_temperature_;
+};
+
+}  // namespace bb

@@ -1,0 +1,80 @@
+// Parameters and the flat buffers that hold them.
+//
+// Every parameter of a model is a view into one contiguous parameter buffer,
+// and its gradient a view into one contiguous gradient buffer, in registration
+// order. That makes the optimizer one multi-tensor pass, the gradient norm one
+// reduction, data-parallel reduce-scatter a matter of cutting the buffer, and
+// lets adjacent parameters (q|k|v, gate|up) act as one fused GEMM operand.
+//
+// A parameter carries its Hugging Face name and how it is split over the
+// tensor-parallel group, which is all checkpoint loading and export need.
+#pragma once
+
+#include <deque>
+#include <string>
+
+#include "bumblebee/core/tensor.h"
+
+namespace bb {
+
+enum class ShardKind {
+  Replicated,   // the same full tensor on every tp rank
+  Column,       // dim 0 split evenly over tp ranks
+  Row,          // dim 1 split evenly over tp ranks
+  Vocab,        // dim 0 split over tp ranks after padding to a multiple of tp
+};
+
+enum class InitKind { Normal, Ones };
+
+struct Parameter {
+  std::string name;      // Hugging Face name
+  Shape full_shape;      // shape in the Hugging Face checkpoint
+  Shape local_shape;     // this rank's part (Vocab: padded rows included)
+  ShardKind shard = ShardKind::Replicated;
+  int64_t shard_begin = 0;   // first row (Column/Vocab) or column (Row) of the full tensor held here
+  int64_t shard_valid = 0;   // rows/columns of the full tensor held here (Vocab: excludes padding)
+  InitKind init = InitKind::Normal;
+  bool replicated_over_tp() const { return shard == ShardKind::Replicated; }
+
+  Tensor value;  // view into ParamStore::flat_params()
+  Tensor grad;   // view into ParamStore::flat_grads()
+  int64_t offset = 0;  // element offset in the flat buffers
+};
+
+struct ShardInfo {
+  ShardKind kind = ShardKind::Replicated;
+  int tp_rank = 0;
+  int tp_size = 1;
+};
+
+class ParamStore {
+ public:
+  // Declare a parameter. Shapes are checked for divisibility by the tp size.
+  Parameter& add(const std::string& name, const Shape& full_shape, ShardInfo shard, InitKind init = InitKind::Normal);
+  // Allocate the flat buffers and bind every parameter's value/grad views.
+  // The flat length is padded to a multiple of `pad_to` (data-parallel shards).
+  void allocate(DType param_dtype, DType grad_dtype, Device device, int64_t pad_to = 1);
+
+  bool allocated() const { return flat_params_.defined(); }
+  std::deque<Parameter>& params() { return params_; }
+  const std::deque<Parameter>& params() const { return params_; }
+  Parameter& get(const std::string& name);
+  const Parameter* find(const std::string& name) const;
+  Tensor& flat_params() { return flat_params_; }
+  Tensor& flat_grads() { return flat_grads_; }
+  int64_t numel() const { return numel_; }   // before padding
+
+  // A view of consecutive parameters [first, last] as one [sum rows, cols]
+  // matrix (for fused GEMMs); checks that they are adjacent with equal columns.
+  Tensor fused_value(const Parameter& first, const Parameter& last) const;
+  Tensor fused_grad(const Parameter& first, const Parameter& last) const;
+  void zero_grads();
+
+ private:
+  Tensor fused(const Tensor& flat, const Parameter& first, const Parameter& last) const;
+  std::deque<Parameter> params_;
+  Tensor flat_params_, flat_grads_;
+  int64_t numel_ = 0;
+};
+
+}  // namespace bb

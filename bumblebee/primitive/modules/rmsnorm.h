@@ -1,0 +1,29 @@
+// RMSNorm over the last dimension with a learned scale (HF Llama/Qwen semantics).
+#pragma once
+
+#include <string>
+
+#include "bumblebee/primitive/modules/parameter.h"
+
+namespace bb {
+
+class RMSNorm {
+ public:
+  struct Saved {
+    Tensor x, rstd;
+  };
+  RMSNorm(ParamStore& store, const std::string& name, int64_t dim, double eps);
+  Parameter& weight() { return *weight_; }
+  // x [R, dim] (any leading rows); stat dtype follows ops.h's rules.
+  Tensor forward(const Tensor& x, Saved& s) const;
+  Tensor backward(const Tensor& dy, const Saved& s);
+
+ private:
+  Parameter* weight_;
+  double eps_;
+};
+
+// Statistics dtype for activations of dtype `act` (CPU: same; bf16: float32).
+DType stat_dtype(DType act);
+
+}  // namespace bb

@@ -1,0 +1,64 @@
+// Runtime configuration: RuntimeConfig{backend, hf_path, backend_cfg = BBConfig{...}},
+// with the seed library's names and defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace bb {
+
+struct ParallelConfig {
+  int tp = 1;
+  int etp = 0;      // 0 = same as tp
+  int ep = 1;
+  int pp = 1;
+  int vpp = 1;
+  int cp = 1;
+  std::string pp_layout;   // explicit stage layout, e.g. "E|t*5|t*6|t,m,L"; empty = balanced
+};
+
+struct OptimizerConfig {
+  std::string optimizer = "adam";
+  double lr = 1e-4;
+  double min_lr = 0.0;
+  double clip_grad = 1.0;
+  double weight_decay = 0.01;
+  int64_t lr_warmup_steps = 0;
+  double lr_warmup_init = 0.0;
+  int64_t lr_decay_steps = 0;
+  std::string lr_decay_style = "constant";   // constant | linear | cosine | WSD
+  std::string lr_wsd_decay_style = "linear";
+  int64_t lr_wsd_decay_steps = 0;
+  int64_t total_training_steps = 0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double offload_fraction = 0.0;
+};
+
+struct BBConfig {
+  std::string model_name = "auto";   // registry name, or "auto" from config.json's model_type
+  std::string impl = "lite";
+  ParallelConfig parallel;
+  OptimizerConfig optimizer;
+  std::string attention_backend = "auto";
+  double router_aux_loss_coef = 0.0;
+  bool load_hf_weights = true;        // false: random init from config.json alone
+  nlohmann::json impl_cfg = nlohmann::json::object();     // model-specific keys
+  nlohmann::json model_overrides = nlohmann::json::object();  // e.g. {"num_layers": 2}
+  std::string device = "cpu";          // cpu | cuda | cuda:N (under MPI: cuda:local_rank)
+  std::string dtype = "auto";          // auto (cpu: float32, cuda: bfloat16) | float64 | float32 | bfloat16
+  std::string recompute = "none";      // none | full
+  uint64_t seed = 1234;
+  double temperature = 1.0;
+};
+
+struct RuntimeConfig {
+  std::string backend = "bb";   // "bb" (optimised, parallel) or "ref" (single-device baseline)
+  std::string hf_path;          // HF model directory (config.json [+ safetensors])
+  BBConfig backend_cfg;
+};
+
+}  // namespace bb

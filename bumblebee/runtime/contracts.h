@@ -1,0 +1,41 @@
+// Data contracts of the runtime API: ModelOutputs, ForwardResult, loss
+// functions and the optimizer step result.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bumblebee/primitive/optim/distributed_optimizer.h"
+#include "bumblebee/runtime/packed_batch.h"
+
+namespace bb {
+
+// What one microbatch produced, on the host, for the tokens of that microbatch
+// (unshifted positions; the last token of each sequence has no entry value 0).
+struct ModelOutputs {
+  double loss = 0.0;                 // this microbatch's loss as the loss function defined it
+  std::vector<double> log_probs;     // [T] log p(next token | prefix) per position
+  std::vector<double> token_loss;    // [T] -log_probs, masked positions 0
+};
+
+struct ForwardResult {
+  std::vector<ModelOutputs> model_output;                  // one per microbatch
+  std::map<std::string, std::vector<double>> metrics;      // per-microbatch lists, e.g. metrics["loss"]
+  double loss = 0.0;                                        // loss over the whole batch (all dp ranks)
+  int64_t num_tokens = 0;                                   // loss tokens over the whole batch
+};
+
+// A custom loss over one microbatch: returns the loss value, its gradient with
+// respect to each position's log-prob (size T; ignored when forward_only) and
+// metrics. The built-in loss (loss_fn empty) is the masked mean next-token
+// cross entropy over all loss tokens of the global batch.
+struct LossOutput {
+  double loss = 0.0;
+  std::vector<double> grad_log_probs;
+  std::map<std::string, double> metrics;
+};
+using LossFn = std::function<LossOutput(const ModelOutputs& outputs, const PackedBatch& microbatch)>;
+
+}  // namespace bb

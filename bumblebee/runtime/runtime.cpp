@@ -1,0 +1,275 @@
+// Runtime: model construction and the training calls.
+#include "bumblebee/runtime/runtime.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "bumblebee/core/device_memory.h"
+#include "bumblebee/dist/world.h"
+#include "bumblebee/model/registry.h"
+#include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/ckpt/hf_weights.h"
+#include "bumblebee/primitive/parallel/tensor_parallel.h"
+#include "bumblebee/primitive/modules/rmsnorm.h"
+#include "bumblebee/runtime/microbatch.h"
+#include "bumblebee/runtime/model_state.h"
+
+namespace bb {
+
+// ---- ModelHandle ------------------------------------------------------------------
+ModelState& ModelHandle::state() const {
+  BB_CHECK(state_, "ModelHandle is empty: call Runtime::build_model() first");
+  return *state_;
+}
+int ModelHandle::dp_rank() const { return state().parallel->dp_rank(); }
+int ModelHandle::dp_size() const { return state().parallel->dp_size(); }
+dist::Communicator& ModelHandle::dp_group() const { return state().parallel->dp(); }
+const nlohmann::json& ModelHandle::config() const { return state().model->config(); }
+CausalLM& ModelHandle::model() const { return *state().model; }
+DistributedOptimizer& ModelHandle::optimizer() const { return *state().optimizer; }
+
+ModeGuard::ModeGuard(ModelState& s, bool training) : state_(&s), previous_(s.training) { s.training = training; }
+ModeGuard::~ModeGuard() { state_->training = previous_; }
+
+// ---- Runtime ----------------------------------------------------------------------
+namespace {
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream f(path);
+  BB_CHECK(f.good(), "cannot open ", path);
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    BB_FAIL(path, " is not valid JSON: ", e.what());
+  }
+}
+
+DType resolve_dtype(const std::string& name, Device dev) {
+  if (name == "auto") return dev.is_cuda() ? DType::BF16 : DType::F32;
+  const DType dt = dtype_from_name(name);
+  if (dev.is_cpu())
+    BB_CHECK(dt == DType::F32 || dt == DType::F64, "dtype ", name, " is not supported on the CPU backend (float32 or float64)");
+  else
+    BB_CHECK(dt == DType::BF16, "dtype ", name, " is not supported on the CUDA backend (bfloat16 with fp32 master weights)");
+  return dt;
+}
+
+void check_backend(const RuntimeConfig& cfg) {
+  const std::string& b = cfg.backend;
+  BB_CHECK(b == "bb" || b == "ref", "unknown backend '", b, "' (expected bb or ref)");
+  const ParallelConfig& p = cfg.backend_cfg.parallel;
+  for (auto [v, name] : {std::pair{p.tp, "tp"}, {p.pp, "pp"}, {p.cp, "cp"}, {p.ep, "ep"}, {p.vpp, "vpp"}})
+    BB_CHECK(v >= 1, "backend.parallel.", name, " must be >= 1, got ", v);
+  BB_CHECK(p.pp == 1 && p.vpp == 1 && p.pp_layout.empty(), "pipeline parallelism (pp/vpp/pp_layout) is not implemented yet");
+  BB_CHECK(p.cp == 1, "context parallelism (cp) is not implemented yet");
+  BB_CHECK(p.ep == 1 && (p.etp == 0 || p.etp == p.tp), "expert parallelism (ep/etp) needs an MoE model, not implemented yet");
+  if (b == "ref") {
+    BB_CHECK(p.tp == 1, "backend=ref runs on one rank; backend.parallel.tp must be 1");
+    BB_CHECK(Device::parse(cfg.backend_cfg.device).is_cpu(), "backend=ref runs on the CPU; use backend=bb for device=",
+             cfg.backend_cfg.device);
+  }
+  const std::string& opt = cfg.backend_cfg.optimizer.optimizer;
+  BB_CHECK(opt == "adam" || opt == "adamw", "unknown optimizer '", opt, "' (expected adam)");
+}
+
+}  // namespace
+
+Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
+  check_backend(cfg_);
+  dist::World& world = dist::World::instance();
+  if (cfg_.backend == "ref")
+    BB_CHECK(world.size() == 1, "backend=ref runs on one rank, but ", world.size(), " ranks were launched");
+  const ParallelConfig& p = cfg_.backend_cfg.parallel;
+  dist::GroupSizes sizes;
+  sizes.tp = p.tp;
+  sizes.cp = p.cp;
+  sizes.ep = p.ep;
+  sizes.etp = p.etp;
+  sizes.pp = p.pp;
+  parallel_ = dist::ParallelState::create(world, sizes);
+  device_ = Device::parse(cfg_.backend_cfg.device);
+  if (device_.is_cuda()) {
+    BB_CHECK(cuda_built(), "device=", cfg_.backend_cfg.device,
+             " was requested but this Bumblebee build has no CUDA backend (configure found no CUDA toolkit)");
+    const int n = cuda_device_count();
+    BB_CHECK(n > 0, "device=", cfg_.backend_cfg.device, " was requested but no CUDA GPU is visible");
+    if (world.size() > 1 && cfg_.backend_cfg.device == "cuda") device_ = Device::cuda(world.local_rank() % n);
+    BB_CHECK(device_.index < n, "device cuda:", device_.index, " does not exist (", n, " GPUs visible)");
+  }
+}
+
+std::unique_ptr<Runtime> create_runtime(const RuntimeConfig& cfg) { return std::make_unique<Runtime>(cfg); }
+
+ModelHandle Runtime::build_model() { return build_model(cfg_.backend_cfg); }
+
+ModelHandle Runtime::build_model(const BBConfig& bcfg) {
+  auto st = std::make_shared<ModelState>();
+  st->cfg = bcfg;
+  st->parallel = parallel_;
+  BB_CHECK(!cfg_.hf_path.empty(), "hf_path is empty: give the HF model directory holding config.json");
+  const std::string config_path = cfg_.hf_path + "/config.json";
+  BB_CHECK(std::filesystem::exists(config_path), "no config.json in hf_path ", cfg_.hf_path);
+  st->hf_config = read_json_file(config_path);
+  const std::string model_type = st->hf_config.value("model_type", std::string());
+  auto protocol = resolve_model(bcfg.model_name, bcfg.impl, model_type);
+  const nlohmann::json model_cfg = protocol->build_model_config(st->hf_config, bcfg.model_overrides);
+
+  BuildContext ctx;
+  ctx.parallel = parallel_;
+  ctx.device = device_;
+  ctx.dtype = resolve_dtype(cfg_.backend == "ref" && bcfg.dtype == "auto" ? "float64" : bcfg.dtype, device_);
+  ctx.grad_dtype = ctx.dtype == DType::BF16 ? DType::F32 : ctx.dtype;
+  ctx.recompute = recompute_from_name(bcfg.recompute);
+  ctx.impl_cfg = bcfg.impl_cfg;
+  ctx.temperature = bcfg.temperature;
+  ctx.dp_pad = parallel_->dp_size();
+  st->model = protocol->build_model(model_cfg, ctx);
+  if (bcfg.load_hf_weights) {
+    load_hf_weights(st->model->params(), HFCheckpoint::open(cfg_.hf_path));
+  } else {
+    st->model->init_weights(bcfg.seed);
+  }
+
+  const OptimizerConfig& o = bcfg.optimizer;
+  BB_CHECK(o.offload_fraction == 0.0, "optimizer.offload_fraction is not implemented yet");
+  AdamWConfig ac;
+  ac.beta1 = o.adam_beta1;
+  ac.beta2 = o.adam_beta2;
+  ac.eps = o.adam_eps;
+  ac.weight_decay = o.weight_decay;
+  ac.clip_grad = o.clip_grad;
+  st->optimizer = std::make_unique<DistributedOptimizer>(st->model->params(), *parallel_, ac);
+  LRScheduleConfig lc;
+  lc.lr = o.lr;
+  lc.min_lr = o.min_lr;
+  lc.warmup_steps = o.lr_warmup_steps;
+  lc.warmup_init = o.lr_warmup_init;
+  lc.decay_steps = o.lr_decay_steps ? o.lr_decay_steps : o.total_training_steps;
+  lc.decay_style = o.lr_decay_style;
+  lc.wsd_decay_style = o.lr_wsd_decay_style;
+  lc.wsd_decay_steps = o.lr_wsd_decay_steps;
+  st->schedule = std::make_unique<LRSchedule>(lc);
+  return ModelHandle(st);
+}
+
+std::unique_ptr<ModeGuard> Runtime::train_mode(ModelHandle& h) { return std::make_unique<ModeGuard>(h.state(), true); }
+std::unique_ptr<ModeGuard> Runtime::eval_mode(ModelHandle& h) { return std::make_unique<ModeGuard>(h.state(), false); }
+
+void Runtime::zero_grad(ModelHandle& h) { h.model().params().zero_grads(); }
+
+ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data, const LossFn& loss_fn,
+                                        int num_microbatches, bool forward_only) {
+  ModelState& st = h.state();
+  forward_only = forward_only || !st.training;
+  CausalLM& model = *st.model;
+  const std::vector<PackedBatch> mbs = split_microbatches(data, num_microbatches);
+  std::vector<PreparedMicroBatch> prepared;
+  double local_tokens = 0;
+  for (const PackedBatch& mb : mbs) {
+    prepared.push_back(prepare_microbatch(mb, model.vocab_size(), parallel_->tp_size(), device_));
+    local_tokens += prepared.back().loss_tokens;
+  }
+  // The built-in loss is the mean over every loss token of the global batch,
+  // so any split over microbatches and dp ranks gives the same gradients.
+  const double global_tokens = parallel_->dp().all_reduce_scalar(local_tokens);
+  const DType st_dt = stat_dtype(model.params().flat_params().dtype());
+
+  ForwardResult result;
+  result.num_tokens = int64_t(global_tokens);
+  double local_loss_sum = 0;
+  for (size_t i = 0; i < mbs.size(); ++i) {
+    PreparedMicroBatch& pm = prepared[i];
+    const int64_t T = pm.device.num_tokens;
+    const bool fused = !forward_only && !loss_fn;
+    Tensor dloss;
+    if (fused) {
+      std::vector<double> d(pm.loss_mask);
+      for (double& x : d) x = global_tokens > 0 ? x / global_tokens : 0.0;
+      dloss = Tensor::from_doubles(d, {T}, st_dt).to(device_);
+    }
+    std::unique_ptr<ForwardState> state;
+    const std::vector<double> token_loss = model.forward(pm.device, dloss, state).to_doubles();
+
+    ModelOutputs out;
+    out.log_probs.assign(size_t(pm.real_tokens), 0.0);
+    out.token_loss.assign(size_t(pm.real_tokens), 0.0);
+    double mb_loss_sum = 0;
+    for (int64_t t = 0; t < pm.real_tokens; ++t) {
+      if (!pm.has_label[size_t(t)]) continue;
+      out.log_probs[size_t(t)] = -token_loss[size_t(t)];
+      out.token_loss[size_t(t)] = pm.loss_mask[size_t(t)] * token_loss[size_t(t)];
+      mb_loss_sum += out.token_loss[size_t(t)];
+    }
+    if (loss_fn) {
+      LossOutput lo = loss_fn(out, mbs[i]);
+      out.loss = lo.loss;
+      for (const auto& [k, v] : lo.metrics) result.metrics[k].push_back(v);
+      result.metrics["loss"].push_back(lo.loss);
+      local_loss_sum += lo.loss;
+      if (!forward_only) {
+        BB_CHECK(int64_t(lo.grad_log_probs.size()) == pm.real_tokens, "loss_fn returned ", lo.grad_log_probs.size(),
+                 " log-prob gradients for a microbatch of ", pm.real_tokens, " tokens");
+        std::vector<double> d(size_t(T), 0.0);
+        for (int64_t t = 0; t < pm.real_tokens; ++t) d[size_t(t)] = -lo.grad_log_probs[size_t(t)];
+        dloss = Tensor::from_doubles(d, {T}, st_dt).to(device_);
+      }
+    } else {
+      out.loss = pm.loss_tokens > 0 ? mb_loss_sum / pm.loss_tokens : 0.0;
+      result.metrics["loss"].push_back(out.loss);
+      local_loss_sum += mb_loss_sum;
+    }
+    if (!forward_only) model.backward(pm.device, dloss, *state);
+    result.model_output.push_back(std::move(out));
+  }
+  if (!forward_only) model.finalize_grads();
+  if (loss_fn) {
+    result.loss = parallel_->dp().all_reduce_scalar(local_loss_sum) / double(parallel_->dp_size() * mbs.size());
+  } else {
+    result.loss = global_tokens > 0 ? parallel_->dp().all_reduce_scalar(local_loss_sum) / global_tokens : 0.0;
+  }
+  return result;
+}
+
+OptimizerStepResult Runtime::optimizer_step(ModelHandle& h) {
+  ModelState& st = h.state();
+  BB_CHECK(st.training, "optimizer_step in eval mode");
+  return st.optimizer->step(st.schedule->lr_at(st.scheduler_steps));
+}
+
+double Runtime::current_lr(ModelHandle& h) const {
+  ModelState& st = h.state();
+  return st.schedule->lr_at(st.scheduler_steps);
+}
+
+double Runtime::lr_scheduler_step(ModelHandle& h) {
+  ModelState& st = h.state();
+  ++st.scheduler_steps;
+  return st.schedule->lr_at(st.scheduler_steps);
+}
+
+Tensor Runtime::logits(ModelHandle& h, const PackedBatch& data) {
+  PreparedMicroBatch pm = prepare_microbatch(data, h.model().vocab_size(), parallel_->tp_size(), device_);
+  return h.model().logits(pm.device).narrow(0, pm.real_tokens);
+}
+
+void Runtime::export_weights(ModelHandle& h, const std::function<void(const std::string&, const Tensor&)>& sink) {
+  TensorParallel tp(parallel_->tp());
+  export_hf_weights(h.model().params(), tp, sink);
+}
+
+void Runtime::save_hf_checkpoint(ModelHandle& h, const std::string& dir) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  export_weights(h, [&](const std::string& name, const Tensor& t) { tensors.emplace_back(name, t); });
+  if (parallel_->world_rank() != 0) return;
+  ::bb::save_hf_checkpoint(dir, tensors);
+  std::filesystem::create_directories(dir);
+  const std::string tmp = dir + "/config.json.tmp";
+  {
+    std::ofstream f(tmp);
+    f << h.state().hf_config.dump(2) << "\n";
+    BB_CHECK(f.good(), "cannot write ", tmp);
+  }
+  std::filesystem::rename(tmp, dir + "/config.json");
+}
+
+}  // namespace bb

@@ -1,0 +1,96 @@
+// The runtime API: create_runtime(RuntimeConfig) -> Runtime, and the training
+// calls every tool and user program drives (names and semantics of the seed
+// library):
+//
+//   auto rt = create_runtime(cfg);
+//   ModelHandle h = rt->build_model();
+//   { auto mode = rt->train_mode(h);
+//     rt->zero_grad(h);
+//     ForwardResult r = rt->forward_backward(h, batch, {}, num_microbatches);
+//     OptimizerStepResult s = rt->optimizer_step(h);
+//     rt->lr_scheduler_step(h); }
+//
+// Backends: "bb" (the optimised path: CUDA or CPU, every parallelism) and
+// "ref" (the baseline: one process, CPU, float64 by default, no parallelism).
+// Under mpirun every rank runs the same program; each dp rank passes its own
+// part of the global batch (ModelHandle::dp_rank / dp_size say which).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "bumblebee/model/protocol.h"
+#include "bumblebee/primitive/optim/distributed_optimizer.h"
+#include "bumblebee/primitive/optim/lr_schedule.h"
+#include "bumblebee/runtime/config.h"
+#include "bumblebee/runtime/contracts.h"
+
+namespace bb {
+
+struct ModelState;
+
+class ModelHandle {
+ public:
+  ModelHandle() = default;
+  explicit ModelHandle(std::shared_ptr<ModelState> s) : state_(std::move(s)) {}
+  int dp_rank() const;
+  int dp_size() const;
+  dist::Communicator& dp_group() const;
+  const nlohmann::json& config() const;   // the model's normalised config
+  CausalLM& model() const;
+  DistributedOptimizer& optimizer() const;
+  ModelState& state() const;
+
+ private:
+  std::shared_ptr<ModelState> state_;
+};
+
+// Scoped train/eval mode: restores the previous mode when it goes out of scope.
+class ModeGuard {
+ public:
+  ModeGuard(ModelState& s, bool training);
+  ~ModeGuard();
+  ModeGuard(const ModeGuard&) = delete;
+  ModeGuard& operator=(const ModeGuard&) = delete;
+
+ private:
+  ModelState* state_;
+  bool previous_;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(const RuntimeConfig& cfg);
+  const RuntimeConfig& config() const { return cfg_; }
+  dist::ParallelState& parallel_state() { return *parallel_; }
+  Device device() const { return device_; }
+
+  ModelHandle build_model();
+  ModelHandle build_model(const BBConfig& overrides);   // advanced escape hatch
+
+  [[nodiscard]] std::unique_ptr<ModeGuard> train_mode(ModelHandle& h);
+  [[nodiscard]] std::unique_ptr<ModeGuard> eval_mode(ModelHandle& h);   // no gradients
+  void zero_grad(ModelHandle& h);
+  ForwardResult forward_backward(ModelHandle& h, const PackedBatch& data, const LossFn& loss_fn = {},
+                                 int num_microbatches = 1, bool forward_only = false);
+  OptimizerStepResult optimizer_step(ModelHandle& h);
+  double lr_scheduler_step(ModelHandle& h);   // returns the learning rate for the next step
+  double current_lr(ModelHandle& h) const;
+
+  // Full-vocabulary logits [T, V] (host, float64) of a batch, for validation.
+  Tensor logits(ModelHandle& h, const PackedBatch& data);
+  // Streams (hf_name, full host tensor) pairs in HF naming; every rank of the tp group must call it.
+  void export_weights(ModelHandle& h, const std::function<void(const std::string&, const Tensor&)>& sink);
+  // Writes the model as an HF checkpoint directory (config.json + safetensors) from rank 0.
+  void save_hf_checkpoint(ModelHandle& h, const std::string& dir);
+
+ private:
+  RuntimeConfig cfg_;
+  std::shared_ptr<dist::ParallelState> parallel_;
+  Device device_;
+};
+
+std::unique_ptr<Runtime> create_runtime(const RuntimeConfig& cfg);
+
+}  // namespace bb
