@@ -18,4 +18,13 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
                               const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
                               double scale, Tensor& dq, Tensor& dk, Tensor& dv);
 
+// attention_cudnn.cpp. In builds without cudnn-frontend and libcudnn,
+// cudnn_attention_built() is false and the other two throw saying so.
+bool cudnn_attention_built();
+void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                             int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
+void cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
+                              double scale, Tensor& dq, Tensor& dk, Tensor& dv);
+
 }  // namespace bb::cuda

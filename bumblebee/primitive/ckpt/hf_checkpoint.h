@@ -23,7 +23,7 @@ class HFCheckpoint {
   static HFCheckpoint open(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
-  std::vector<std::string> names() const;  // sorted
+  std::vector<std::string> names() const;  // every tensor in the shards, sorted
   bool has(const std::string& name) const;
   Tensor get(const std::string& name) const;  // host, stored dtype, zero copy where aligned
   const Shape& shape(const std::string& name) const;

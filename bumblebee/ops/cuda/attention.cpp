@@ -1,0 +1,108 @@
+// cuda::attention_forward / attention_backward: argument checks and the
+// choice of implementation.
+//
+// BB_ATTENTION_BACKEND=flash (the default: our FlashAttention-2 kernels) or
+// cudnn (cuDNN's fused attention through cudnn-frontend, in builds that found
+// it). The variable is read at every call, so one process can compare both.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "bumblebee/ops/cuda/attention_backends.h"
+#include "bumblebee/ops/cuda/cuda_context.h"
+#include "bumblebee/ops/cuda/cuda_ops.h"
+
+namespace bb::cuda {
+namespace {
+
+enum class AttentionBackend { Flash, Cudnn };
+
+AttentionBackend selected_backend() {
+  const char* env = std::getenv("BB_ATTENTION_BACKEND");
+  std::string name = env ? env : "";
+  if (name.empty() || name == "flash") return AttentionBackend::Flash;
+  if (name == "cudnn") {
+    BB_CHECK(cudnn_attention_built(),
+             "BB_ATTENTION_BACKEND=cudnn, but this build has no cuDNN attention (cudnn-frontend headers or "
+             "libcudnn were not found at configure time; run scripts/fetch_cuda_deps.sh and reconfigure)");
+    return AttentionBackend::Cudnn;
+  }
+  BB_FAIL("BB_ATTENTION_BACKEND='", name, "' is not a known attention backend (expected flash or cudnn)");
+}
+
+bool aligned16(const Tensor& t) { return (reinterpret_cast<uintptr_t>(t.raw()) & 15u) == 0; }
+
+void check_activation(const Tensor& ref, const Tensor& t, const char* op, const char* name, const Shape& shape) {
+  BB_CHECK(t.defined(), op, ": tensor ", name, " is undefined");
+  BB_CHECK(t.device() == ref.device(), op, ": tensor ", name, " is on ", t.device().str(), " but q is on ",
+           ref.device().str());
+  BB_CHECK(t.dtype() == DType::BF16, op, ": tensor ", name, " must be bfloat16 on CUDA, got ", dtype_name(t.dtype()));
+  BB_CHECK(t.shape() == shape, op, ": tensor ", name, " must be ", shape_str(shape), ", got ", shape_str(t.shape()));
+  BB_CHECK(aligned16(t), op, ": tensor ", name, " must start on a 16-byte boundary");
+}
+
+// Checks shared by forward and backward; returns false when there is no work.
+bool check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                     int64_t max_seqlen, const Tensor& lse) {
+  BB_CHECK(q.defined() && q.device().is_cuda(), op, ": q must be a CUDA tensor, got ",
+           q.defined() ? q.device().str() : std::string("an undefined tensor"));
+  BB_CHECK(q.dim() == 3, op, ": q must be [T, Hq, D], got ", shape_str(q.shape()));
+  BB_CHECK(k.dim() == 3, op, ": k must be [T, Hkv, D], got ", shape_str(k.shape()));
+  const int64_t tokens = q.size(0), heads_q = q.size(1), head_dim = q.size(2), heads_kv = k.size(1);
+  check_activation(q, q, op, "q", {tokens, heads_q, head_dim});
+  check_activation(q, k, op, "k", {tokens, heads_kv, head_dim});
+  check_activation(q, v, op, "v", {tokens, heads_kv, head_dim});
+  BB_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, op, ": ", heads_q, " query heads are not a multiple of ",
+           heads_kv, " kv heads");
+  BB_CHECK(head_dim > 0 && head_dim % 8 == 0 && head_dim <= 128, op,
+           ": the CUDA attention supports head dimensions that are multiples of 8 up to 128, got ", head_dim);
+  BB_CHECK(heads_q <= 65535, op, ": ", heads_q, " query heads exceed the CUDA grid limit of 65535");
+  BB_CHECK(cu_seqlens.defined() && cu_seqlens.device() == q.device(), op, ": cu_seqlens must be on ",
+           q.device().str());
+  BB_CHECK(cu_seqlens.dtype() == DType::I32, op, ": cu_seqlens must be int32, got ", dtype_name(cu_seqlens.dtype()));
+  BB_CHECK(cu_seqlens.dim() == 1 && cu_seqlens.numel() >= 2, op, ": cu_seqlens must be [S + 1] with S >= 1, got ",
+           shape_str(cu_seqlens.shape()));
+  BB_CHECK(cu_seqlens.numel() - 1 <= 65535, op, ": ", cu_seqlens.numel() - 1,
+           " sequences exceed the CUDA grid limit of 65535");
+  BB_CHECK(tokens <= INT32_MAX, op, ": ", tokens, " tokens exceed int32 offsets");
+  BB_CHECK(lse.defined() && lse.device() == q.device() && lse.dtype() == DType::F32, op,
+           ": lse must be a float32 tensor on ", q.device().str());
+  check_shape(lse, {tokens, heads_q}, "attention: lse");
+  if (tokens == 0) return false;
+  BB_CHECK(max_seqlen >= 1 && max_seqlen <= tokens, op, ": max_seqlen ", max_seqlen, " is outside [1, ", tokens,
+           "]");
+  return true;
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                       int64_t max_seqlen, double scale, Tensor& out, Tensor& lse) {
+  const char* op = "attention_forward";
+  if (!check_attention(op, q, k, v, cu_seqlens, max_seqlen, lse)) return;
+  check_activation(q, out, op, "out", q.shape());
+  DeviceGuard guard(q.device().index);
+  if (selected_backend() == AttentionBackend::Cudnn)
+    cudnn_attention_forward(q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
+  else
+    flash_attention_forward(q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, double scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
+  const char* op = "attention_backward";
+  if (!check_attention(op, q, k, v, cu_seqlens, max_seqlen, lse)) return;
+  check_activation(q, dout, op, "dout", q.shape());
+  check_activation(q, out, op, "out", q.shape());
+  check_activation(q, dq, op, "dq", q.shape());
+  check_activation(q, dk, op, "dk", k.shape());
+  check_activation(q, dv, op, "dv", v.shape());
+  DeviceGuard guard(q.device().index);
+  if (selected_backend() == AttentionBackend::Cudnn)
+    cudnn_attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
+  else
+    flash_attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
+}
+
+}  // namespace bb::cuda

@@ -1,0 +1,320 @@
+// Flash attention backward (FlashAttention-2 scheme) on mma.sync tensor cores.
+//
+// Three kernels:
+//   1. dsum = rowsum(dO * O) per query row and head (the softmax backward's
+//      correction term), fp32.
+//   2. The main kernel: one block of 4 warps owns 64 keys of one kv head of
+//      one sequence (16 keys per warp) and walks every query head of its
+//      group and every 32-row query tile at or after its keys. Per tile it
+//      recomputes P^T = exp(S^T - lse) from K Q^T, accumulates
+//      dV += P^T dO and dK += dS^T Q in registers (so grouped-query heads are
+//      summed without atomics and without repeating K/V), and adds
+//      dQ += dS K into an fp32 buffer with atomics (dS goes through shared
+//      memory for that product).
+//   3. dq = dq_accum * scale, rounded to bf16.
+// All products are bf16 on the tensor cores with fp32 accumulation.
+#include "bumblebee/ops/cuda/attention_backends.h"
+#include "bumblebee/ops/cuda/cuda_common.cuh"
+#include "bumblebee/ops/cuda/flash_common.cuh"
+
+namespace bb::cuda {
+namespace flash {
+namespace {
+
+constexpr int kBlockN = 64;  // keys per block
+constexpr int kBlockM = 32;  // query rows per step
+constexpr int kDsStride = kBlockM + 8;  // dS^T tile row stride (padded like the others)
+
+template <int D>
+constexpr size_t backward_smem_bytes() {
+  return size_t(2 * kBlockN + 4 * kBlockM) * smem_stride<D>() * sizeof(bf16)  // K, V, 2 x Q, 2 x dO
+         + size_t(kBlockN) * kDsStride * sizeof(bf16)                       // dS^T
+         + size_t(4 * kBlockM) * sizeof(float);                             // 2 x lse, 2 x dsum
+}
+
+// dsum[row] = sum_d dout[row, d] * out[row, d]; one warp per row of head_dim.
+__global__ void dsum_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout, int64_t rows, int head_dim,
+                            float* __restrict__ dsum) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  float acc = 0.f;
+  for (int c = lane * 8; c < head_dim; c += 32 * 8) {
+    float o[8], d[8];
+    load8(out + row * head_dim + c, o);
+    load8(dout + row * head_dim + c, d);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc += o[i] * d[i];
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) dsum[row] = acc;
+}
+
+__global__ void dq_convert_kernel(const float* __restrict__ dq_accum, float scale, int64_t n, bf16* __restrict__ dq) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dq[i] = __float2bfloat16_rn(dq_accum[i] * scale);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) flash_backward_kernel(const Params p) {
+  constexpr int S = smem_stride<D>();
+  constexpr int kDBlocks = D / 8;
+  constexpr int kDSteps = D / 16;
+  constexpr int kMBlocks = kBlockM / 8;      // 8-query blocks of S^T
+  constexpr int kHalfDBlocks = D / 16;       // 8-column blocks of one warp's half of dQ
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sV = sK + kBlockN * S;
+  bf16* sQ = sV + kBlockN * S;          // two buffers of kBlockM * S
+  bf16* sdO = sQ + 2 * kBlockM * S;     // two buffers
+  bf16* sdS = sdO + 2 * kBlockM * S;    // [kBlockN][kDsStride], dS^T
+  float* sLse = reinterpret_cast<float*>(sdS + kBlockN * kDsStride);  // two buffers of kBlockM
+  float* sDsum = sLse + 2 * kBlockM;                                   // two buffers
+
+  const int n_block = blockIdx.x, kv_head = blockIdx.y, seq = blockIdx.z;
+  const int start = p.cu_seqlens[seq];
+  const int len = p.cu_seqlens[seq + 1] - start;
+  const int n0 = n_block * kBlockN;
+  if (n0 >= len) return;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int group = p.heads_q / p.heads_kv;
+  const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
+  const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
+  const bf16* k = p.k + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const bf16* v = p.v + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
+
+  // Causal: query tiles from the one holding key n0 to the sequence's end.
+  const int m_first = n0 / kBlockM;
+  const int m_count = (len + kBlockM - 1) / kBlockM - m_first;
+  const int steps = group * m_count;
+
+  auto load_step = [&](int step, int buf) {
+    const int head = kv_head * group + step / m_count;
+    const int m0 = (m_first + step % m_count) * kBlockM;
+    const int64_t offset = int64_t(start) * q_stride + int64_t(head) * p.head_dim;
+    load_tile<kBlockM, D>(sQ + buf * kBlockM * S, p.q + offset, q_stride, m0, len, p.head_dim);
+    load_tile<kBlockM, D>(sdO + buf * kBlockM * S, p.dout + offset, q_stride, m0, len, p.head_dim);
+    for (int i = threadIdx.x; i < kBlockM; i += kThreads) {
+      const bool valid = m0 + i < len;
+      const int64_t idx = (int64_t(start) + m0 + i) * p.heads_q + head;
+      cp_async_4(sLse + buf * kBlockM + i, valid ? p.lse_in + idx : p.lse_in, valid);
+      cp_async_4(sDsum + buf * kBlockM + i, valid ? p.dsum + idx : p.dsum, valid);
+    }
+  };
+
+  load_tile<kBlockN, D>(sK, k, kv_stride, n0, len, p.head_dim);
+  load_tile<kBlockN, D>(sV, v, kv_stride, n0, len, p.head_dim);
+  load_step(0, 0);
+  cp_async_commit();
+
+  float dk[kDBlocks][4], dv[kDBlocks][4];
+#pragma unroll
+  for (int i = 0; i < kDBlocks; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+  }
+  const int key_row[2] = {n0 + warp * 16 + g, n0 + warp * 16 + g + 8};
+
+  for (int step = 0; step < steps; ++step) {
+    const int buf = step & 1;
+    if (step + 1 < steps) load_step(step + 1, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const int head = kv_head * group + step / m_count;
+    const int m0 = (m_first + step % m_count) * kBlockM;
+    const bf16* tq = sQ + buf * kBlockM * S;
+    const bf16* tdo = sdO + buf * kBlockM * S;
+    const float* tlse = sLse + buf * kBlockM;
+    const float* tdsum = sDsum + buf * kBlockM;
+
+    // S^T = K Q^T (this warp's 16 keys x 32 queries) and dP^T = V dO^T.
+    float s[kMBlocks][4], dp[kMBlocks][4];
+#pragma unroll
+    for (int i = 0; i < kMBlocks; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+    }
+#pragma unroll
+    for (int ks = 0; ks < kDSteps; ++ks) {
+      uint32_t ak[4], av[4];
+      const int ar = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      const int ac = ks * 16 + (lane >> 4) * 8;
+      ldmatrix_x4(ak, sK + ar * S + ac);
+      ldmatrix_x4(av, sV + ar * S + ac);
+#pragma unroll
+      for (int mb2 = 0; mb2 < kMBlocks / 2; ++mb2) {
+        uint32_t bq[4], bdo[4];
+        const int br = mb2 * 16 + (lane & 7) + (lane >> 4) * 8;
+        const int bc = ks * 16 + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(bq, tq + br * S + bc);
+        ldmatrix_x4(bdo, tdo + br * S + bc);
+        mma_16816(s[2 * mb2], ak, bq[0], bq[1]);
+        mma_16816(s[2 * mb2 + 1], ak, bq[2], bq[3]);
+        mma_16816(dp[2 * mb2], av, bdo[0], bdo[1]);
+        mma_16816(dp[2 * mb2 + 1], av, bdo[2], bdo[3]);
+      }
+    }
+
+    // P^T = exp(scale * S^T - lse), zero where masked; dS^T = P^T (dP^T - dsum).
+#pragma unroll
+    for (int mb = 0; mb < kMBlocks; ++mb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = mb * 8 + 2 * t + (e & 1);  // query within the tile
+        const int query = m0 + qi;
+        const int key = key_row[e >> 1];
+        const bool masked = key > query || query >= len || key >= len;
+        const float prob = masked ? 0.f : exp2f(fmaf(s[mb][e], p.scale_log2, -tlse[qi] * kLog2e));
+        s[mb][e] = prob;
+        dp[mb][e] = prob * (dp[mb][e] - tdsum[qi]);
+      }
+    }
+
+    uint32_t pa[kBlockM / 16][4], dsa[kBlockM / 16][4];
+    c_to_a<kBlockM / 16>(s, pa);
+    c_to_a<kBlockM / 16>(dp, dsa);
+
+    // dV += P^T dO and dK += dS^T Q; dO and Q through ldmatrix.trans.
+#pragma unroll
+    for (int db2 = 0; db2 < kDBlocks / 2; ++db2) {
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        uint32_t bdo[4], bq[4];
+        const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int c = db2 * 16 + (lane >> 4) * 8;
+        ldmatrix_x4_trans(bdo, tdo + r * S + c);
+        ldmatrix_x4_trans(bq, tq + r * S + c);
+        mma_16816(dv[2 * db2], pa[kk], bdo[0], bdo[1]);
+        mma_16816(dv[2 * db2 + 1], pa[kk], bdo[2], bdo[3]);
+        mma_16816(dk[2 * db2], dsa[kk], bq[0], bq[1]);
+        mma_16816(dk[2 * db2 + 1], dsa[kk], bq[2], bq[3]);
+      }
+    }
+
+    // dS^T to shared memory, [key][query], for dQ = dS K across all warps' keys.
+#pragma unroll
+    for (int mb = 0; mb < kMBlocks; ++mb) {
+      const int row = warp * 16 + g, col = mb * 8 + 2 * t;
+      *reinterpret_cast<uint32_t*>(sdS + row * kDsStride + col) = pack_bf16(dp[mb][0], dp[mb][1]);
+      *reinterpret_cast<uint32_t*>(sdS + (row + 8) * kDsStride + col) = pack_bf16(dp[mb][2], dp[mb][3]);
+    }
+    __syncthreads();
+
+    // dQ tile (32 x D) = dS (32 x 64) K (64 x D): warp w takes query rows
+    // 16 * (w % 2) and columns D/2 * (w / 2); dS read transposed from dS^T.
+    {
+      const int qr0 = (warp & 1) * 16, dc0 = (warp >> 1) * (D / 2);
+      float dq[kHalfDBlocks][4];
+#pragma unroll
+      for (int i = 0; i < kHalfDBlocks; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(a, sdS + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * kDsStride + qr0 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int db2 = 0; db2 < kHalfDBlocks / 2; ++db2) {
+          uint32_t b[4];
+          const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          const int c = dc0 + db2 * 16 + (lane >> 4) * 8;
+          ldmatrix_x4_trans(b, sK + r * S + c);
+          mma_16816(dq[2 * db2], a, b[0], b[1]);
+          mma_16816(dq[2 * db2 + 1], a, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int query = m0 + qr0 + g + 8 * r;
+        if (query < len) {
+          float* dst = p.dq_accum + ((int64_t(start) + query) * p.heads_q + head) * p.head_dim;
+#pragma unroll
+          for (int db = 0; db < kHalfDBlocks; ++db) {
+            const int col = dc0 + db * 8 + 2 * t;
+            if (col < p.head_dim) {
+              atomicAdd(dst + col, dq[db][2 * r]);
+              atomicAdd(dst + col + 1, dq[db][2 * r + 1]);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // sdS and this step's buffers are rewritten next step
+  }
+
+  // dK (with the softmax scale applied once here) and dV, rows in the sequence.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key_row[r];
+    if (key >= len) continue;
+    const int64_t offset = ((int64_t(start) + key) * p.heads_kv + kv_head) * p.head_dim;
+#pragma unroll
+    for (int db = 0; db < kDBlocks; ++db) {
+      const int col = db * 8 + 2 * t;
+      if (col < p.head_dim) {
+        *reinterpret_cast<uint32_t*>(p.dk + offset + col) =
+            pack_bf16(dk[db][2 * r] * p.scale, dk[db][2 * r + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(p.dv + offset + col) = pack_bf16(dv[db][2 * r], dv[db][2 * r + 1]);
+      }
+    }
+  }
+}
+
+template <int D>
+void launch_backward(const Params& p, int max_seqlen, int num_seqs, cudaStream_t stream) {
+  const size_t smem = backward_smem_bytes<D>();
+  CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  dim3 grid(unsigned((max_seqlen + kBlockN - 1) / kBlockN), unsigned(p.heads_kv), unsigned(num_seqs));
+  flash_backward_kernel<D><<<grid, kThreads, smem, stream>>>(p);
+  CUDA_CHECK_LAUNCH("flash_attention_backward");
+}
+
+}  // namespace
+}  // namespace flash
+
+void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
+                              double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const int64_t tokens = q.size(0), heads_q = q.size(1), head_dim = q.size(2);
+  cudaStream_t stream = current_stream();
+  Tensor dsum = Tensor::empty({tokens, heads_q}, DType::F32, q.device());
+  Tensor dq_accum = Tensor::empty({tokens, heads_q, head_dim}, DType::F32, q.device());
+  CUDA_CHECK(cudaMemsetAsync(dq_accum.raw(), 0, dq_accum.nbytes(), stream));
+
+  const int64_t rows = tokens * heads_q;
+  constexpr int kRowsPerBlock = 8;
+  flash::dsum_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0, stream>>>(
+      static_cast<const bf16*>(out.raw()), static_cast<const bf16*>(dout.raw()), rows, int(head_dim),
+      static_cast<float*>(dsum.raw()));
+  CUDA_CHECK_LAUNCH("flash_attention_backward (dsum)");
+
+  flash::Params p{};
+  p.q = static_cast<const bf16*>(q.raw());
+  p.k = static_cast<const bf16*>(k.raw());
+  p.v = static_cast<const bf16*>(v.raw());
+  p.cu_seqlens = static_cast<const int*>(cu_seqlens.raw());
+  p.heads_q = int(heads_q);
+  p.heads_kv = int(k.size(1));
+  p.head_dim = int(head_dim);
+  p.scale = float(scale);
+  p.scale_log2 = float(scale) * flash::kLog2e;
+  p.dout = static_cast<const bf16*>(dout.raw());
+  p.lse_in = static_cast<const float*>(lse.raw());
+  p.dsum = static_cast<const float*>(dsum.raw());
+  p.dq_accum = static_cast<float*>(dq_accum.raw());
+  p.dk = static_cast<bf16*>(dk.raw());
+  p.dv = static_cast<bf16*>(dv.raw());
+  const int num_seqs = int(cu_seqlens.numel() - 1);
+  if (head_dim <= 64) flash::launch_backward<64>(p, int(max_seqlen), num_seqs, stream);
+  else flash::launch_backward<128>(p, int(max_seqlen), num_seqs, stream);
+
+  const int64_t n = dq.numel();
+  flash::dq_convert_kernel<<<grid_for(n, 256), 256, 0, stream>>>(static_cast<const float*>(dq_accum.raw()),
+                                                                 float(scale), n, static_cast<bf16*>(dq.raw()));
+  CUDA_CHECK_LAUNCH("flash_attention_backward (dq)");
+}
+
+}  // namespace bb::cuda

@@ -1,0 +1,64 @@
+// bb-correctness as a user runs it: one JSON object on stdout, or one error line.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/model/hf_fixture.h"
+
+namespace {
+
+struct Result {
+  int code;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(BB_BINARY_DIR) + "/bin/bb-correctness " + args + " 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+TEST(BBCorrectness, PrintsReferenceFieldsMatchingHF) {
+  const std::string dir = bb::test::fixture_dir("llama3_gqa");
+  const nlohmann::json ref = bb::test::read_json(dir + "/reference.json");
+  const std::string logits = ::testing::TempDir() + "/bb_logits.bin";
+  Result r = run("hf_path=" + dir + " tokens=" + dir + "/tokens.json steps=2 optimizer.lr=0.01 " +
+                 "optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.weight_decay=0.1 logits_out=" + logits);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["loss"].get<double>(), ref["loss"].get<double>(), 1e-9 * ref["loss"].get<double>());
+  EXPECT_NEAR(j["grad_norm"].get<double>(), ref["grad_norm"].get<double>(), 1e-9 * ref["grad_norm"].get<double>());
+  EXPECT_EQ(j["per_param_grad_norm"].size(), ref["per_param_grad_norm"].size());
+  ASSERT_EQ(j["losses"].size(), 2u);
+  EXPECT_NEAR(j["losses"][1].get<double>(), ref["losses"][1].get<double>(), 1e-8);
+  FILE* f = fopen(logits.c_str(), "rb");
+  ASSERT_TRUE(f);
+  fseek(f, 0, SEEK_END);
+  const long bytes = ftell(f);
+  fclose(f);
+  const auto shape = ref["logits_shape"];
+  EXPECT_EQ(bytes, long(4 * shape[0].get<long>() * shape[1].get<long>() * shape[2].get<long>()));
+}
+
+TEST(BBCorrectness, UnknownKeyIsOneErrorLine) {
+  Result r = run("hf_path=x tokens=y optimizer.learning_rate=1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("error: unknown key 'optimizer.learning_rate'"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
+TEST(BBCorrectness, MissingModelDirectoryIsAnError) {
+  Result r = run("hf_path=/nonexistent tokens=/nonexistent.json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("error:"), std::string::npos) << r.out;
+}
+
+}  // namespace
