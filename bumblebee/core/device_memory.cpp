@@ -127,4 +127,13 @@ void device_reset_peak(Device dev) {
 #endif
 }
 
+void device_synchronize(Device dev) {
+  if (dev.is_cpu()) return;
+#ifdef BB_WITH_CUDA
+  cuda::synchronize();
+#else
+  no_cuda();
+#endif
+}
+
 }  // namespace bb

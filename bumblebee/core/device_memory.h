@@ -21,5 +21,6 @@ int cuda_device_count();  // 0 when not built with CUDA or no GPU is visible
 size_t device_bytes_in_use(Device dev);   // current bytes held by tensors on dev
 size_t device_peak_bytes(Device dev);     // high-water mark since the last reset
 void device_reset_peak(Device dev);
+void device_synchronize(Device dev);      // wait for all work queued on dev (no-op on the host)
 
 }  // namespace bb

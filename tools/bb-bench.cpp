@@ -1,0 +1,137 @@
+// bb-bench: training-step throughput with the seed library's key=value syntax.
+//
+//   bb-bench backend=bb hf_path=DIR [backend.model_name=auto] [backend.impl=lite]
+//       [backend.parallel.tp=N ...] [backend.device=cuda] [backend.recompute=none|full]
+//       [bench.seq_len=4096] [bench.num_microbatches=1] [bench.micro_batch_size=1]
+//       [bench.steps=10] [bench.warmup=2] [bench.truncate_layers=L] [output_json=FILE]
+//
+// Each step is zero_grad -> forward_backward -> optimizer_step ->
+// lr_scheduler_step on random tokens (fixed seed), timed from host to host
+// with the device drained. Per step it prints loss, grad_norm, step_ms,
+// tokens/s, TFLOP/s per GPU, MFU and peak memory; at the end one JSON summary
+// line (also written to output_json).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "bumblebee/core/device_memory.h"
+#include "bumblebee/core/rng.h"
+#include "bumblebee/runtime/cli_args.h"
+#include "bumblebee/runtime/runtime.h"
+#include "bumblebee/runtime/tool_main.h"
+
+using namespace bb;
+
+namespace {
+
+constexpr double kPeakBf16Flops = 989e12;   // H100/H200 dense bf16
+
+bool has_weights(const std::string& dir) {
+  return std::filesystem::exists(dir + "/model.safetensors") ||
+         std::filesystem::exists(dir + "/model.safetensors.index.json");
+}
+
+int run(int argc, char** argv) {
+  const std::vector<std::string> keys = {
+      "backend", "hf_path", "output_json", "backend.model_name", "backend.impl", "backend.parallel.tp",
+      "backend.parallel.etp", "backend.parallel.ep", "backend.parallel.pp", "backend.parallel.vpp",
+      "backend.parallel.cp", "backend.device", "backend.dtype", "backend.recompute", "backend.load_hf_weights",
+      "backend.seed", "bench.seq_len", "bench.num_microbatches", "bench.micro_batch_size", "bench.steps",
+      "bench.warmup", "bench.truncate_layers", "optimizer.lr"};
+  KeyValueArgs args = KeyValueArgs::parse(argc, argv, keys);
+  BB_CHECK(args.has("hf_path"), "hf_path=DIR is required (a directory with config.json)");
+  RuntimeConfig cfg;
+  cfg.backend = args.get("backend", "bb");
+  cfg.hf_path = args.get("hf_path", "");
+  BBConfig& b = cfg.backend_cfg;
+  b.model_name = args.get("backend.model_name", "auto");
+  b.impl = args.get("backend.impl", "lite");
+  b.parallel.tp = int(args.get_int("backend.parallel.tp", 1));
+  b.parallel.etp = int(args.get_int("backend.parallel.etp", 0));
+  b.parallel.ep = int(args.get_int("backend.parallel.ep", 1));
+  b.parallel.pp = int(args.get_int("backend.parallel.pp", 1));
+  b.parallel.vpp = int(args.get_int("backend.parallel.vpp", 1));
+  b.parallel.cp = int(args.get_int("backend.parallel.cp", 1));
+  b.device = args.get("backend.device", "cpu");
+  b.dtype = args.get("backend.dtype", "auto");
+  b.recompute = args.get("backend.recompute", "none");
+  b.seed = uint64_t(args.get_int("backend.seed", 1234));
+  b.load_hf_weights = args.get_bool("backend.load_hf_weights", has_weights(cfg.hf_path));
+  b.optimizer.lr = args.get_double("optimizer.lr", 1e-4);
+  if (args.has("bench.truncate_layers")) b.model_overrides["num_layers"] = args.get_int("bench.truncate_layers", 0);
+  const int64_t seq_len = args.get_int("bench.seq_len", 4096);
+  const int num_mb = int(args.get_int("bench.num_microbatches", 1));
+  const int64_t mbs = args.get_int("bench.micro_batch_size", 1);
+  const int64_t steps = args.get_int("bench.steps", 10), warmup = args.get_int("bench.warmup", 2);
+  BB_CHECK(seq_len > 1 && num_mb >= 1 && mbs >= 1 && steps >= 1 && warmup >= 0,
+           "bench.seq_len > 1, bench.num_microbatches >= 1, bench.micro_batch_size >= 1, bench.steps >= 1 and "
+           "bench.warmup >= 0 are required");
+
+  auto rt = create_runtime(cfg);
+  ModelHandle h = rt->build_model();
+  const bool root = rt->parallel_state().world_rank() == 0;
+  const int64_t vocab = h.model().vocab_size();
+  // Each dp rank draws its own tokens; tp ranks of one dp rank share them.
+  Generator gen(b.seed * 7919 + uint64_t(h.dp_rank()));
+  PackedBatch batch;
+  for (int64_t s = 0; s < num_mb * mbs; ++s) {
+    for (int64_t t = 0; t < seq_len; ++t) batch.input_ids.push_back(int64_t(gen.next_u64() % uint64_t(vocab)));
+    batch.seq_lens.push_back(seq_len);
+  }
+  const int64_t tokens_per_rank = num_mb * mbs * seq_len;
+  const int64_t tokens_per_step = tokens_per_rank * h.dp_size();
+  const int world = rt->parallel_state().world_size();
+  const double flops_per_step = h.model().train_flops(tokens_per_step, seq_len);
+
+  auto train = rt->train_mode(h);
+  std::vector<double> times;
+  double peak_gb = 0;
+  device_reset_peak(rt->device());
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    device_synchronize(rt->device());
+    const auto t0 = std::chrono::steady_clock::now();
+    rt->zero_grad(h);
+    ForwardResult r = rt->forward_backward(h, batch, {}, num_mb);
+    OptimizerStepResult s = rt->optimizer_step(h);
+    rt->lr_scheduler_step(h);
+    device_synchronize(rt->device());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    peak_gb = std::max(peak_gb, double(device_peak_bytes(rt->device())) / double(1ull << 30));
+    const double tflops = flops_per_step / world / (ms * 1e-3) / 1e12;
+    if (step >= warmup) times.push_back(ms);
+    if (root)
+      std::printf("step %3lld%s loss %.4f grad_norm %.4f step_ms %.1f tokens/s %.0f tflops/gpu %.1f mfu %.1f%% peak_mem_gb %.2f\n",
+                  (long long)step, step < warmup ? " (warmup)" : "", r.loss, s.grad_norm, ms,
+                  double(tokens_per_step) / (ms * 1e-3), tflops, 100.0 * tflops * 1e12 / kPeakBf16Flops, peak_gb);
+  }
+  double avg = 0;
+  for (double t : times) avg += t;
+  avg /= double(times.size());
+  const ParallelConfig& p = b.parallel;
+  nlohmann::json summary = {
+      {"backend", cfg.backend}, {"model", h.config()["model_type"]}, {"hf_path", cfg.hf_path},
+      {"device", rt->device().str()}, {"tp", p.tp}, {"etp", p.etp}, {"ep", p.ep}, {"pp", p.pp}, {"vpp", p.vpp},
+      {"cp", p.cp}, {"dp", h.dp_size()}, {"seq_len", seq_len}, {"num_microbatches", num_mb},
+      {"micro_batch_size", mbs}, {"num_layers", h.config()["num_layers"]}, {"recompute", b.recompute},
+      {"avg_step_ms", avg}, {"peak_mem_gb", peak_gb}, {"tok_per_s", double(tokens_per_step) / (avg * 1e-3)},
+      {"tok_per_s_per_gpu", double(tokens_per_step) / (avg * 1e-3) / world},
+      {"tflops_per_gpu", flops_per_step / world / (avg * 1e-3) / 1e12},
+      {"mfu", flops_per_step / world / (avg * 1e-3) / kPeakBf16Flops}};
+  if (root) {
+    std::cout << summary.dump() << std::endl;
+    if (args.has("output_json")) {
+      std::ofstream f(args.get("output_json", ""));
+      f << summary.dump(2) << "\n";
+      BB_CHECK(f.good(), "cannot write ", args.get("output_json", ""));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run_tool(argc, argv, run); }
