@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what Bumblebee needs to build and test on Debian/Ubuntu, skipping
+# what is already there. Needs root (or sudo). The CUDA toolkit is optional:
+# with /usr/local/cuda present the CUDA backend is built too.
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config libopenblas-dev libopenmpi-dev openmpi-bin
+          nlohmann-json3-dev libgtest-dev libpcre2-dev python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,122 @@
+// Tensor- and data-parallel runs under mpirun reproduce the single-rank
+// float64 run (losses, grad norms, parameters after 3 AdamW steps) and the HF
+// fixture's numbers, for tp in {1,2,4} x dp in {1,2,4} up to 8 ranks.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "bumblebee/core/rng.h"
+#include "bumblebee/primitive/ckpt/hf_checkpoint.h"
+#include "tests/model/hf_fixture.h"
+
+#ifdef BB_WITH_MPI
+namespace bb {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kFixture = "qwen3_tp";
+
+nlohmann::json run_correctness(int ranks, int tp, const std::string& tokens, const std::string& params_out) {
+  const std::string dir = test::fixture_dir(kFixture);
+  std::string cmd = std::string(BB_BINARY_DIR) + "/bin/bb-correctness hf_path=" + dir + " tokens=" + tokens +
+                    " steps=3 optimizer.lr=0.01 optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95"
+                    " optimizer.weight_decay=0.1 backend.parallel.tp=" + std::to_string(tp) +
+                    " params_out=" + params_out;
+  if (ranks > 1)
+    cmd = "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " + cmd;
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  EXPECT_EQ(pclose(p), 0) << cmd << "\n" << out;
+  // The JSON object is the line that starts with '{'; MPI may print around it.
+  size_t start = out.rfind("\n{");
+  start = start == std::string::npos ? 0 : start + 1;
+  const size_t end = out.find('\n', start);
+  return nlohmann::json::parse(out.substr(start, end == std::string::npos ? std::string::npos : end - start));
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
+
+// Eight sequences so that dp = 4 still gives every rank two.
+std::string synthetic_tokens() {
+  const std::string path = (fs::temp_directory_path() / ("bb_parallel_tokens_" + std::to_string(::getpid()) + ".json")).string();
+  Generator gen(7);
+  nlohmann::json j = nlohmann::json::array();
+  for (int s = 0; s < 8; ++s) {
+    nlohmann::json row = nlohmann::json::array();
+    for (int t = 0; t < 9; ++t) row.push_back(int(gen.next_u64() % 157));
+    j.push_back(row);
+  }
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+void expect_same_params(const std::string& a, const std::string& b, const std::string& what) {
+  HFCheckpoint x = HFCheckpoint::open(a), y = HFCheckpoint::open(b);
+  ASSERT_EQ(x.names(), y.names()) << what;
+  for (const std::string& n : x.names()) {
+    const std::vector<double> u = x.get(n).to_doubles(), v = y.get(n).to_doubles();
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < u.size(); ++i) {
+      err = std::max(err, std::abs(u[i] - v[i]));
+      norm = std::max(norm, std::abs(v[i]));
+    }
+    EXPECT_LT(err / norm, 1e-10) << what << " parameter " << n;
+  }
+}
+
+struct Layout {
+  int tp, dp;
+};
+
+class ParallelParity : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(ParallelParity, MatchesSingleRankAndHF) {
+  const auto [tp, dp] = GetParam();
+  const std::string tag = "tp" + std::to_string(tp) + "_dp" + std::to_string(dp);
+  const fs::path tmp = fs::temp_directory_path() / ("bb_parallel_" + std::to_string(::getpid()) + "_" + tag);
+  fs::create_directories(tmp);
+  const std::string tokens = synthetic_tokens();
+  const nlohmann::json single = run_correctness(1, 1, tokens, (tmp / "single").string());
+  const nlohmann::json par = run_correctness(tp * dp, tp, tokens, (tmp / "parallel").string());
+  EXPECT_LT(rel(par["loss"], single["loss"]), 1e-10) << tag;
+  EXPECT_LT(rel(par["grad_norm"], single["grad_norm"]), 1e-10) << tag;
+  for (size_t i = 0; i < single["losses"].size(); ++i)
+    EXPECT_LT(rel(par["losses"][i], single["losses"][i]), 1e-10) << tag << " step " << i;
+  for (const auto& [name, norm] : single["per_param_grad_norm"].items())
+    EXPECT_LT(rel(par["per_param_grad_norm"][name], norm), 1e-10) << tag << " " << name;
+  expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), tag);
+
+  if (dp <= 2) {   // the fixture's two sequences split over at most two dp ranks
+    const std::string dir = test::fixture_dir(kFixture);
+    const nlohmann::json ref = test::read_json(dir + "/reference.json");
+    const nlohmann::json hf = run_correctness(tp * dp, tp, dir + "/tokens.json", (tmp / "hf").string());
+    EXPECT_LT(rel(hf["loss"], ref["loss"]), 1e-9) << tag;
+    EXPECT_LT(rel(hf["grad_norm"], ref["grad_norm"]), 1e-9) << tag;
+    for (size_t i = 0; i < hf["losses"].size(); ++i)
+      EXPECT_LT(rel(hf["losses"][i], ref["losses"][i]), 1e-9) << tag << " step " << i;
+    for (const auto& [name, norm] : ref["per_param_grad_norm"].items())
+      EXPECT_LT(rel(hf["per_param_grad_norm"][name], norm), 1e-8) << tag << " " << name;
+  }
+  fs::remove_all(tmp);
+  fs::remove(tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ParallelParity,
+                         ::testing::Values(Layout{1, 2}, Layout{1, 4}, Layout{2, 1}, Layout{2, 2}, Layout{2, 4},
+                                           Layout{4, 1}, Layout{4, 2}),
+                         [](const auto& info) {
+                           return "tp" + std::to_string(info.param.tp) + "_dp" + std::to_string(info.param.dp);
+                         });
+
+}  // namespace
+}  // namespace bb
+#endif
