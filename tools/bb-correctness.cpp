@@ -2,14 +2,16 @@
 //
 //   bb-correctness hf_path=DIR tokens=FILE.json [dtype=float64|float32|bfloat16]
 //       [steps=N] [optimizer.lr=X ...] [logits_out=FILE] [params_out=DIR]
-//       [backend=bb|ref] [device=cpu|cuda] [backend.parallel.tp=N]
+//       [backend=bb|ref] [device=cpu|cuda] [backend.parallel.tp=N] [rows_per_step=R]
 //
 // FILE.json is a list of equal-length token-id lists (B sequences of T). Prints
 // one JSON object: loss (mean next-token cross entropy over B*(T-1)
 // positions), grad_norm, per_param_grad_norm (by HF name), losses (the loss
 // before each of N AdamW steps), and with logits_out the float32 logits
 // [B, T, V] raw little-endian. Under mpirun the sequences are split over dp
-// ranks and rank 0 prints.
+// ranks and rank 0 prints. With rows_per_step=R, step s trains on rows
+// [R*(s mod B/R), +R) instead of the whole file, and grad_norms lists the
+// optimizer's gradient norm at every step (the bf16 parity run uses this).
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -80,7 +82,7 @@ nlohmann::json per_param_grad_norms(Runtime& rt, ModelHandle& h, double& total_s
 
 int run(int argc, char** argv) {
   const std::vector<std::string> keys = {
-      "hf_path", "tokens", "dtype", "steps", "logits_out", "params_out", "backend", "device",
+      "hf_path", "tokens", "dtype", "steps", "rows_per_step", "logits_out", "params_out", "backend", "device",
       "backend.parallel.tp", "optimizer.lr", "optimizer.adam_beta1", "optimizer.adam_beta2",
       "optimizer.adam_eps", "optimizer.weight_decay", "optimizer.clip_grad"};
   KeyValueArgs args = KeyValueArgs::parse(argc, argv, keys);
@@ -108,9 +110,15 @@ int run(int argc, char** argv) {
   auto rt = create_runtime(cfg);
   ModelHandle h = rt->build_model();
   const size_t dp = size_t(h.dp_size()), r = size_t(h.dp_rank());
-  BB_CHECK(seqs.size() >= dp, "tokens file holds ", seqs.size(), " sequences, fewer than dp size ", dp);
-  const size_t first = r * seqs.size() / dp, last = (r + 1) * seqs.size() / dp;
-  const PackedBatch mine = pack(seqs, first, last - first);
+  const size_t rows = size_t(args.get_int("rows_per_step", int64_t(seqs.size())));
+  BB_CHECK(rows >= 1 && rows <= seqs.size() && seqs.size() % rows == 0, "rows_per_step ", rows,
+           " must divide the ", seqs.size(), " sequences of the tokens file");
+  BB_CHECK(rows >= dp, "rows_per_step ", rows, " is smaller than dp size ", dp);
+  // This dp rank's part of the rows that step `step` trains on.
+  auto batch_of = [&](int64_t step) {
+    const size_t base = rows * (size_t(step) % (seqs.size() / rows));
+    return pack(seqs, base + r * rows / dp, (r + 1) * rows / dp - r * rows / dp);
+  };
   const bool root = rt->parallel_state().world_rank() == 0;
 
   nlohmann::json out;
@@ -127,10 +135,10 @@ int run(int argc, char** argv) {
     }
   }
   auto train = rt->train_mode(h);
-  nlohmann::json losses = nlohmann::json::array();
+  nlohmann::json losses = nlohmann::json::array(), grad_norms = nlohmann::json::array();
   for (int64_t step = 0; step <= std::max<int64_t>(steps, 0); ++step) {
     rt->zero_grad(h);
-    ForwardResult res = rt->forward_backward(h, mine);
+    ForwardResult res = rt->forward_backward(h, batch_of(step));
     if (step == 0) {
       double total_sq = 0;
       out["loss"] = res.loss;
@@ -141,9 +149,11 @@ int run(int argc, char** argv) {
     losses.push_back(res.loss);
     OptimizerStepResult s = rt->optimizer_step(h);
     BB_CHECK(s.update_successful, "optimizer step ", step, " skipped: gradient norm ", s.grad_norm, " is not finite");
+    grad_norms.push_back(s.grad_norm);
     rt->lr_scheduler_step(h);
   }
   out["losses"] = losses;
+  out["grad_norms"] = grad_norms;
   if (args.has("params_out")) rt->save_hf_checkpoint(h, args.get("params_out", ""));
   if (root) std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return 0;

@@ -171,6 +171,7 @@ class MpiCommunicator final : public Communicator {
  private:
   // Reduces `size_` consecutive blocks of n elements, block 0 first, into dst.
   void reduce_in_rank_order(const char* blocks, int n, DType dt, ReduceOp op, void* dst) const {
+    if (n == 0) return;
     const size_t block_bytes = size_t(n) * dtype_size(dt);
     std::memcpy(dst, blocks, block_bytes);
     for (int j = 1; j < size_; ++j) accumulate(dst, blocks + size_t(j) * block_bytes, n, dt, op);

@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <initializer_list>
-#include <vector>
 
 #include "bumblebee/ops/cpu/cpu_ops.h"
 
@@ -455,21 +454,7 @@ void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tenso
                                {lse, "lse"}, {loss, "loss"}});
     return cpu::cross_entropy_loss(row_max, sumexp, target_logit, lse, loss);
   }
-#ifdef BB_WITH_CUDA
-  // cuda_ops.h has no cross_entropy_loss kernel (the op was added to ops.h
-  // after it). The statistics are [N] float32, so finish them on the host:
-  // correct, at the price of one device sync per call.
-  Tensor lse_host = Tensor::empty(lse.shape(), lse.dtype()), loss_host = Tensor::empty(loss.shape(), loss.dtype());
-  const Tensor max_host = row_max.to(Device::cpu()), sumexp_host = sumexp.to(Device::cpu()),
-               target_host = target_logit.to(Device::cpu());
-  expect_cpu_same_float(op, {{max_host, "row_max"}, {sumexp_host, "sumexp"}, {target_host, "target_logit"},
-                             {lse_host, "lse"}, {loss_host, "loss"}});
-  cpu::cross_entropy_loss(max_host, sumexp_host, target_host, lse_host, loss_host);
-  lse.copy_from(lse_host);
-  loss.copy_from(loss_host);
-#else
-  no_cuda_build(op);
-#endif
+  BB_DISPATCH_CUDA(cross_entropy_loss, row_max, sumexp, target_logit, lse, loss);
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,

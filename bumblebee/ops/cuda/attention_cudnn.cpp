@@ -1,4 +1,14 @@
-// cuDNN fused attention (SDPA) through the cudnn-frontend graph API.
+// cuDNN fused attention (SDPA) through the cudnn-frontend graph API, on the
+// packed THD layout: q, k, v, out stay [T, heads, D] and cuDNN reads each
+// sequence through ragged offsets (element offsets built on the device from
+// cu_seqlens), with per-sequence lengths as its padding mask and a top-left
+// causal diagonal. Forward writes lse [T, Hq] directly as ragged stats;
+// backward reads its stats in the padded [S, Hq, max_seqlen] layout, filled
+// from lse by a small kernel.
+//
+// A cuDNN graph is built (heuristics, plan compilation) once per shape and
+// cached: the number of sequences, max_seqlen rounded up to a multiple of 64
+// (so nearby packings share a plan), heads, head dim, scale and device.
 //
 // Built only when CMake found the cudnn-frontend headers and libcudnn
 // (BB_WITH_CUDNN); otherwise asking for it is an error that says so.
@@ -6,10 +16,272 @@
 
 #include "bumblebee/core/error.h"
 
+#ifdef BB_WITH_CUDNN
+
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include "bumblebee/ops/cuda/cuda_context.h"
+#include "bumblebee/ops/cuda/cudnn_varlen.h"
+
 namespace bb::cuda {
+namespace {
 
-#ifndef BB_WITH_CUDNN
+namespace fe = cudnn_frontend;
 
+constexpr int kMaxDevices = 64;
+constexpr int64_t kSeqlenBucket = 64;
+
+enum Uid : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV,
+  kSeqLenQ, kSeqLenKV, kOffsetQ, kOffsetK, kOffsetV, kOffsetO, kOffsetStats, kOffsetDO, kOffsetDQ, kOffsetDK,
+  kOffsetDV,
+};
+
+void check_cudnn(cudnnStatus_t status, const char* call) {
+  BB_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN call ", call, " failed: ", cudnnGetErrorString(status));
+}
+
+void check_fe(fe::error_object err, const char* what) {
+  BB_CHECK(err.is_good(), "cuDNN attention: ", what, " failed: ", err.get_message());
+}
+
+cudnnHandle_t handle_for_current_device() {
+  static std::once_flag once[kMaxDevices];
+  static cudnnHandle_t handles[kMaxDevices];
+  const int dev = current_device();
+  BB_CHECK(dev < kMaxDevices, "cuDNN attention: device index ", dev, " out of range");
+  std::call_once(once[dev], [dev] { check_cudnn(cudnnCreate(&handles[dev]), "cudnnCreate"); });
+  check_cudnn(cudnnSetStream(handles[dev], current_stream()), "cudnnSetStream");
+  return handles[dev];
+}
+
+struct Shape4 {
+  int64_t seqs, seqlen, heads_q, heads_kv, dim;
+  std::vector<int64_t> q_dim() const { return {seqs, heads_q, seqlen, dim}; }
+  std::vector<int64_t> kv_dim() const { return {seqs, heads_kv, seqlen, dim}; }
+  // Token-major THD strides; the batch stride is a placeholder, the ragged
+  // offsets place each sequence.
+  std::vector<int64_t> q_stride() const { return {seqlen * heads_q * dim, dim, heads_q * dim, 1}; }
+  std::vector<int64_t> kv_stride() const { return {seqlen * heads_kv * dim, dim, heads_kv * dim, 1}; }
+};
+
+using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, float>;
+
+std::mutex g_graphs_mutex;
+std::map<Key, std::shared_ptr<fe::graph::Graph>> g_graphs;
+
+std::shared_ptr<fe::graph::Tensor_attributes> ragged_offsets(fe::graph::Graph& g, const char* name, int64_t uid,
+                                                              int64_t seqs) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({seqs + 1, 1, 1, 1})
+                      .set_stride({1, 1, 1, 1})
+                      .set_data_type(fe::DataType_t::INT64));
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> seq_lens(fe::graph::Graph& g, const char* name, int64_t uid,
+                                                        int64_t seqs) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({seqs, 1, 1, 1})
+                      .set_stride({1, 1, 1, 1})
+                      .set_data_type(fe::DataType_t::INT32));
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> activation(fe::graph::Graph& g, const char* name, int64_t uid,
+                                                          const std::vector<int64_t>& dim,
+                                                          const std::vector<int64_t>& stride,
+                                                          std::shared_ptr<fe::graph::Tensor_attributes> offsets) {
+  return g.tensor(
+      fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride).set_ragged_offset(
+          offsets));
+}
+
+std::shared_ptr<fe::graph::Graph> new_graph() {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+void build(fe::graph::Graph& g, cudnnHandle_t handle) {
+  check_fe(g.validate(), "graph validation");
+  check_fe(g.build_operation_graph(handle), "building the operation graph");
+  check_fe(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "creating execution plans");
+  check_fe(g.check_support(handle), "support check (this cuDNN has no engine for the shape)");
+  check_fe(g.build_plans(handle), "building plans");
+}
+
+std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cudnnHandle_t handle) {
+  auto g = new_graph();
+  auto q = activation(*g, "q", kQ, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_q", kOffsetQ, s.seqs));
+  auto k = activation(*g, "k", kK, s.kv_dim(), s.kv_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
+  auto v = activation(*g, "v", kV, s.kv_dim(), s.kv_stride(), ragged_offsets(*g, "offset_v", kOffsetV, s.seqs));
+  auto options = fe::graph::SDPA_attributes()
+                     .set_name("attention_forward")
+                     .set_generate_stats(true)
+                     .set_attn_scale(scale)
+                     .set_padding_mask(true)
+                     .set_seq_len_q(seq_lens(*g, "seq_len_q", kSeqLenQ, s.seqs))
+                     .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs))
+                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                     .set_diagonal_band_right_bound(0);
+  auto [o, stats] = g->sdpa(q, k, v, options);
+  o->set_output(true)
+      .set_uid(kO)
+      .set_dim(s.q_dim())
+      .set_stride(s.q_stride())
+      .set_ragged_offset(ragged_offsets(*g, "offset_o", kOffsetO, s.seqs));
+  // lse [T, Hq] is token-major stats with ragged offsets cu * Hq.
+  stats->set_output(true)
+      .set_uid(kStats)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim({s.seqs, s.heads_q, s.seqlen, 1})
+      .set_stride({s.seqlen * s.heads_q, 1, s.heads_q, 1})
+      .set_ragged_offset(ragged_offsets(*g, "offset_stats", kOffsetStats, s.seqs));
+  build(*g, handle);
+  return g;
+}
+
+std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, cudnnHandle_t handle) {
+  auto g = new_graph();
+  auto q = activation(*g, "q", kQ, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_q", kOffsetQ, s.seqs));
+  auto k = activation(*g, "k", kK, s.kv_dim(), s.kv_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
+  auto v = activation(*g, "v", kV, s.kv_dim(), s.kv_stride(), ragged_offsets(*g, "offset_v", kOffsetV, s.seqs));
+  auto o = activation(*g, "o", kO, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_o", kOffsetO, s.seqs));
+  auto dout =
+      activation(*g, "dout", kDO, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_dout", kOffsetDO, s.seqs));
+  auto stats = g->tensor(fe::graph::Tensor_attributes()
+                             .set_name("stats")
+                             .set_uid(kStats)
+                             .set_dim({s.seqs, s.heads_q, s.seqlen, 1})
+                             .set_stride({s.heads_q * s.seqlen, s.seqlen, 1, 1})
+                             .set_data_type(fe::DataType_t::FLOAT));
+  auto options = fe::graph::SDPA_backward_attributes()
+                     .set_name("attention_backward")
+                     .set_attn_scale(scale)
+                     .set_padding_mask(true)
+                     .set_seq_len_q(seq_lens(*g, "seq_len_q", kSeqLenQ, s.seqs))
+                     .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs))
+                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                     .set_diagonal_band_right_bound(0);
+  auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
+  dq->set_output(true)
+      .set_uid(kDQ)
+      .set_dim(s.q_dim())
+      .set_stride(s.q_stride())
+      .set_ragged_offset(ragged_offsets(*g, "offset_dq", kOffsetDQ, s.seqs));
+  dk->set_output(true)
+      .set_uid(kDK)
+      .set_dim(s.kv_dim())
+      .set_stride(s.kv_stride())
+      .set_ragged_offset(ragged_offsets(*g, "offset_dk", kOffsetDK, s.seqs));
+  dv->set_output(true)
+      .set_uid(kDV)
+      .set_dim(s.kv_dim())
+      .set_stride(s.kv_stride())
+      .set_ragged_offset(ragged_offsets(*g, "offset_dv", kOffsetDV, s.seqs));
+  build(*g, handle);
+  return g;
+}
+
+std::shared_ptr<fe::graph::Graph> cached_graph(bool backward, const Shape4& s, float scale, cudnnHandle_t handle) {
+  const Key key{current_device(), backward, s.seqs, s.seqlen, s.heads_q, s.heads_kv, s.dim, scale};
+  std::lock_guard<std::mutex> lock(g_graphs_mutex);
+  auto it = g_graphs.find(key);
+  if (it == g_graphs.end())
+    it = g_graphs.emplace(key, backward ? backward_graph(s, scale, handle) : forward_graph(s, scale, handle)).first;
+  return it->second;
+}
+
+Shape4 shape_of(const Tensor& q, const Tensor& k, const Tensor& cu_seqlens, int64_t max_seqlen) {
+  const int64_t bucketed = (max_seqlen + kSeqlenBucket - 1) / kSeqlenBucket * kSeqlenBucket;
+  return {cu_seqlens.numel() - 1, bucketed, q.size(1), k.size(1), q.size(2)};
+}
+
+// Lengths and ragged offsets on the device: [S] int32 lengths, then [S + 1]
+// int64 offsets for q-shaped tensors, kv-shaped tensors and the stats.
+struct Varlen {
+  Tensor lens, q_offsets, kv_offsets, stats_offsets;
+};
+
+Varlen varlen(const Tensor& cu_seqlens, const Shape4& s, cudaStream_t stream) {
+  Varlen v;
+  const Device dev = cu_seqlens.device();
+  v.lens = Tensor::empty({s.seqs}, DType::I32, dev);
+  v.q_offsets = Tensor::empty({s.seqs + 1}, DType::I64, dev);
+  v.kv_offsets = Tensor::empty({s.seqs + 1}, DType::I64, dev);
+  v.stats_offsets = Tensor::empty({s.seqs + 1}, DType::I64, dev);
+  cudnn_varlen_metadata(static_cast<const int32_t*>(cu_seqlens.raw()), int(s.seqs), s.heads_q * s.dim,
+                        s.heads_kv * s.dim, s.heads_q, static_cast<int32_t*>(v.lens.raw()),
+                        static_cast<int64_t*>(v.q_offsets.raw()), static_cast<int64_t*>(v.kv_offsets.raw()),
+                        static_cast<int64_t*>(v.stats_offsets.raw()), stream);
+  return v;
+}
+
+void execute(fe::graph::Graph& g, cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack, Device dev) {
+  int64_t workspace_bytes = 0;
+  check_fe(g.get_workspace_size(workspace_bytes), "workspace query");
+  Tensor workspace = Tensor::empty({std::max<int64_t>(workspace_bytes, 1)}, DType::U8, dev);
+  check_fe(g.execute(handle, pack, workspace.raw()), "execution");
+}
+
+}  // namespace
+
+bool cudnn_attention_built() { return true; }
+
+void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                             int64_t max_seqlen, double scale, Tensor& out, Tensor& lse) {
+  cudnnHandle_t handle = handle_for_current_device();
+  const Shape4 s = shape_of(q, k, cu_seqlens, max_seqlen);
+  auto g = cached_graph(false, s, float(scale), handle);
+  Varlen meta = varlen(cu_seqlens, s, current_stream());
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kStats, lse.raw()},
+      {kSeqLenQ, meta.lens.raw()}, {kSeqLenKV, meta.lens.raw()},
+      {kOffsetQ, meta.q_offsets.raw()}, {kOffsetK, meta.kv_offsets.raw()}, {kOffsetV, meta.kv_offsets.raw()},
+      {kOffsetO, meta.q_offsets.raw()}, {kOffsetStats, meta.stats_offsets.raw()},
+  };
+  execute(*g, handle, pack, q.device());
+}
+
+void cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
+                              double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+  cudnnHandle_t handle = handle_for_current_device();
+  const Shape4 s = shape_of(q, k, cu_seqlens, max_seqlen);
+  auto g = cached_graph(true, s, float(scale), handle);
+  cudaStream_t stream = current_stream();
+  Varlen meta = varlen(cu_seqlens, s, stream);
+  Tensor stats = Tensor::empty({s.seqs, s.heads_q, s.seqlen}, DType::F32, q.device());
+  lse_to_padded_stats(static_cast<const float*>(lse.raw()), static_cast<const int32_t*>(cu_seqlens.raw()),
+                      int(s.seqs), int(s.heads_q), int(s.seqlen), static_cast<float*>(stats.raw()), stream);
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kDO, dout.raw()}, {kStats, stats.raw()},
+      {kDQ, dq.raw()}, {kDK, dk.raw()}, {kDV, dv.raw()},
+      {kSeqLenQ, meta.lens.raw()}, {kSeqLenKV, meta.lens.raw()},
+      {kOffsetQ, meta.q_offsets.raw()}, {kOffsetK, meta.kv_offsets.raw()}, {kOffsetV, meta.kv_offsets.raw()},
+      {kOffsetO, meta.q_offsets.raw()}, {kOffsetDO, meta.q_offsets.raw()}, {kOffsetDQ, meta.q_offsets.raw()},
+      {kOffsetDK, meta.kv_offsets.raw()}, {kOffsetDV, meta.kv_offsets.raw()},
+  };
+  execute(*g, handle, pack, q.device());
+}
+
+}  // namespace bb::cuda
+
+#else  // no cuDNN in this build
+
+namespace bb::cuda {
 namespace {
 [[noreturn]] void not_built() {
   BB_FAIL("cuDNN attention is not in this build: configure found no cudnn-frontend headers or libcudnn "
@@ -29,6 +301,6 @@ void cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const
   not_built();
 }
 
-#endif
-
 }  // namespace bb::cuda
+
+#endif  // BB_WITH_CUDNN

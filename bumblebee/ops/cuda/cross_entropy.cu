@@ -1,5 +1,6 @@
 // Vocab-parallel cross entropy in pieces: row max, sum of exp and target
-// logit, and the fused softmax-minus-onehot backward.
+// logit, the loss from the (group-reduced) statistics, and the fused
+// softmax-minus-onehot backward.
 //
 // The logits stay in their storage dtype (bfloat16) and are read row by row;
 // only [N]-sized fp32 statistics are written, so no fp32 copy of the
@@ -75,6 +76,16 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const I* __restri
     for (int i = 0; i < W; ++i) x[i] = (expf(x[i] - l) - (col + i == target ? 1.f : 0.f)) * d;
     if constexpr (W == 8) store8(dlogits + row * v + col, x);
     else dlogits[row * v + col] = from_float<T>(x[0]);
+  }
+}
+
+__global__ void cross_entropy_loss_kernel(const float* __restrict__ row_max, const float* __restrict__ sumexp,
+                                          const float* __restrict__ target_logit, int64_t rows, float* __restrict__ lse,
+                                          float* __restrict__ loss) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x) {
+    const float l = row_max[r] + logf(sumexp[r]);
+    lse[r] = l;
+    loss[r] = l - target_logit[r];
   }
 }
 
@@ -179,6 +190,28 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t 
       }
     });
   });
+  CUDA_CHECK_LAUNCH(op);
+}
+
+void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, Tensor& lse,
+                        Tensor& loss) {
+  const char* op = "cross_entropy_loss";
+  check_cuda(row_max, op, "row_max");
+  BB_CHECK(row_max.dim() == 1, op, ": row_max must be [N], got ", shape_str(row_max.shape()));
+  const Tensor& ref = row_max;
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{row_max, "row_max"}, {sumexp, "sumexp"},
+                                {target_logit, "target_logit"}, {lse, "lse"}, {loss, "loss"}}) {
+    check_cuda_same(ref, t, op, name);
+    check_shape(t, ref.shape(), "cross_entropy_loss");
+    BB_CHECK(t.dtype() == DType::F32, op, ": ", name, " must be float32 on CUDA, got ", dtype_name(t.dtype()));
+  }
+  const int64_t rows = row_max.numel();
+  if (rows == 0) return;
+  DeviceGuard guard(row_max.device().index);
+  cross_entropy_loss_kernel<<<grid_for(rows, kThreads), kThreads, 0, current_stream()>>>(
+      static_cast<const float*>(row_max.raw()), static_cast<const float*>(sumexp.raw()),
+      static_cast<const float*>(target_logit.raw()), rows, static_cast<float*>(lse.raw()),
+      static_cast<float*>(loss.raw()));
   CUDA_CHECK_LAUNCH(op);
 }
 

@@ -31,12 +31,13 @@ Pool g_pools[kMaxDevices];
 
 Pool& pool_of(int device) {
   BB_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index ", device, " out of range");
-  int count = device_count();
-  BB_CHECK(device < count, "cuda:", device, " was requested but ",
-           count == 0 ? std::string("no CUDA device is visible (no GPU or no driver)")
-                      : detail::concat("only ", count, " CUDA device(s) are visible"));
   Pool& p = g_pools[device];
+  // Runs until it succeeds once: a throw leaves the pool uncreated.
   std::call_once(p.once, [&] {
+    const int count = device_count();
+    BB_CHECK(device < count, "cuda:", device, " was requested but ",
+             count == 0 ? std::string("no CUDA device is visible (no GPU or no driver)")
+                        : detail::concat("only ", count, " CUDA device(s) are visible"));
     cudaMemPoolProps props{};
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;

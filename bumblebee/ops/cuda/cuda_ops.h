@@ -69,6 +69,9 @@ void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Ten
                           Tensor& sumexp, Tensor& target_logit);
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
                             const Tensor& dloss, Tensor& dlogits);
+// lse = row_max + log(sumexp), loss = lse - target_logit; all [N] float32.
+void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, Tensor& lse,
+                        Tensor& loss);
 
 // adamw.cu. param, exp_avg, exp_avg_sq float32 (or all float64); grad float32
 // or bfloat16.
