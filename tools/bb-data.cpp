@@ -28,23 +28,35 @@ const char* kUsage =
     "                          [on_error=fail|skip]\n"
     "       bb-data inspect PREFIX\n";
 
-// Redraws one status line on stderr at most ten times a second.
+// Redraws one status line on stderr at most ten times a second; finish() draws the final state.
 class ProgressBar {
  public:
-  void update(const PreprocessProgress& p, bool force) {
+  void update(const PreprocessProgress& p) {
+    last_ = p;
     const auto now = std::chrono::steady_clock::now();
-    if (!force && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    const double fraction = p.total_bytes > 0 ? double(p.bytes_read) / double(p.total_bytes) : 1.0;
-    const int width = 30, filled = int(fraction * width + 0.5);
-    std::fprintf(stderr, "\r[%.*s%*s] %5.1f%%  %lld docs  %lld tokens  %.1f MB/s", filled,
-                 "##############################", width - filled, "", 100.0 * fraction, (long long)p.documents,
-                 (long long)p.tokens, p.seconds > 0 ? double(p.bytes_read) / 1e6 / p.seconds : 0.0);
-    std::fflush(stderr);
+    drawn_ = now - last_draw_ >= std::chrono::milliseconds(100);
+    if (!drawn_) return;
+    last_draw_ = now;
+    draw();
+  }
+  void finish() {
+    if (!drawn_) draw();
+    std::fputc('\n', stderr);
   }
 
  private:
-  std::chrono::steady_clock::time_point last_{};
+  void draw() const {
+    const double fraction = last_.total_bytes > 0 ? double(last_.bytes_read) / double(last_.total_bytes) : 1.0;
+    const int width = 30, filled = int(fraction * width + 0.5);
+    std::fprintf(stderr, "\r[%.*s%*s] %5.1f%%  %lld docs  %lld tokens  %.1f MB/s", filled,
+                 "##############################", width - filled, "", 100.0 * fraction, (long long)last_.documents,
+                 (long long)last_.tokens, last_.seconds > 0 ? double(last_.bytes_read) / 1e6 / last_.seconds : 0.0);
+    std::fflush(stderr);
+  }
+
+  PreprocessProgress last_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_draw_{};
 };
 
 int preprocess(int argc, char** argv) {
@@ -69,18 +81,13 @@ int preprocess(int argc, char** argv) {
 
   const Tokenizer tokenizer = Tokenizer::from_file(args.get("tokenizer", ""));
   ProgressBar bar;
-  PreprocessProgress last;
   const PreprocessStats s = preprocess_jsonl(
-      tokenizer, opt,
-      [&](const PreprocessProgress& p) {
-        last = p;
-        bar.update(p, false);
-      },
+      tokenizer, opt, [&](const PreprocessProgress& p) { bar.update(p); },
       [](const std::string& warning) { std::fprintf(stderr, "\nwarning: %s\n", warning.c_str()); });
-  bar.update(last, true);
+  bar.finish();
   const double secs = std::max(s.seconds, 1e-9);
   std::fprintf(stderr,
-               "\nwrote %s.bin/.idx: %lld documents, %lld tokens (%s), %lld malformed lines skipped, "
+               "wrote %s.bin/.idx: %lld documents, %lld tokens (%s), %lld malformed lines skipped, "
                "%lld empty documents dropped\n"
                "throughput: %.0f docs/s, %.0f tokens/s, %.2f MB/s (%.2f s, workers=%lld)\n",
                opt.output_prefix.c_str(), (long long)s.documents, (long long)s.tokens, indexed_dtype_name(s.dtype),

@@ -1,13 +1,18 @@
-// RegexSplitter over PCRE2 (JIT-compiled when the library supports it).
+// RegexSplitter over PCRE2 (JIT-compiled when the library supports it); without PCRE2, one that refuses to build.
 #include "bumblebee/data/regex_split.h"
+
+#include "bumblebee/core/error.h"
+
+#ifdef BB_WITH_PCRE2
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "bumblebee/core/error.h"
 #include "bumblebee/data/utf8.h"
 
 namespace bb {
+
+bool RegexSplitter::available() { return true; }
 
 namespace {
 
@@ -82,3 +87,25 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
 }
 
 }  // namespace bb
+
+#else
+
+namespace bb {
+
+struct RegexSplitter::Compiled {};
+
+bool RegexSplitter::available() { return false; }
+
+RegexSplitter::RegexSplitter(const std::string& pattern, bool) : pattern_(pattern) {
+  BB_FAIL("this build has no PCRE2, which tokenizer split patterns need: install libpcre2-dev and re-run cmake");
+}
+
+RegexSplitter::~RegexSplitter() = default;
+
+void RegexSplitter::split(std::string_view, std::vector<std::string_view>&) const {
+  BB_FAIL("this build has no PCRE2 (install libpcre2-dev and re-run cmake)");
+}
+
+}  // namespace bb
+
+#endif  // BB_WITH_PCRE2

@@ -5,6 +5,8 @@
 // \w then follow Unicode properties as in the Oniguruma engine HF uses.
 // A compiled pattern is shared by all threads; each match call brings its own
 // match data, so one splitter serves many tokenizing workers.
+// A build without PCRE2 headers (BB_WITH_PCRE2 unset) still compiles every
+// caller; constructing a splitter there is a bb::Error saying so.
 #pragma once
 
 #include <memory>
@@ -26,6 +28,8 @@ class RegexSplitter {
   // gap between matches, in order (they tile the text). `text` must be valid UTF-8.
   void split(std::string_view text, std::vector<std::string_view>& pieces) const;
   const std::string& pattern() const { return pattern_; }
+  // False in a build without PCRE2.
+  static bool available();
 
  private:
   struct Compiled;
