@@ -1,0 +1,72 @@
+// Pieces of the CUDA-vs-CPU op harness: paired CPU/CUDA tensors holding the
+// same values, NaN-poisoned outputs, error measures, and the case table type.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bumblebee/core/rng.h"
+#include "bumblebee/core/tensor.h"
+
+namespace bb::harness {
+
+// One op input or output on both backends: `gpu` in the CUDA dtype on cuda:0,
+// `cpu` in float32 (or the index dtype) with exactly the same values.
+struct Pair {
+  Tensor gpu;
+  Tensor cpu;
+};
+
+// N(0, std^2) values rounded through `gpu_dtype`.
+Pair random_pair(Generator& gen, const Shape& shape, DType gpu_dtype, double std = 1.0);
+// U(lo, hi) values rounded through `gpu_dtype`.
+Pair random_pair(Generator& gen, const Shape& shape, DType gpu_dtype, double lo, double hi);
+// N(0, 1) values edited by `edit` before rounding (to plant zeros or infinities).
+Pair random_pair_with(Generator& gen, const Shape& shape, DType gpu_dtype,
+                      const std::function<void(std::vector<double>&)>& edit);
+// An output: both sides filled with NaN, so elements an op never writes fail.
+Pair output_pair(const Shape& shape, DType gpu_dtype);
+// Integer values (ids, labels, positions, offsets) in `dtype` on both sides.
+Pair index_pair(const std::vector<double>& values, DType dtype);
+// A CPU float32 result reused as input on both sides, rounded through gpu_dtype.
+Pair pair_from_cpu(const Tensor& cpu, DType gpu_dtype);
+
+struct Check {
+  std::string name;
+  double error;  // relative error, NaN or inf when the CUDA side is not finite
+  double bound;
+};
+
+// ||gpu - cpu|| / ||cpu|| (||gpu - cpu|| when cpu is all zeros); infinite when
+// the CUDA output holds a non-finite value the CPU output does not.
+Check compare(const std::string& name, const Pair& p, double bound);
+Check compare_scalar(const std::string& name, double gpu, double cpu, double bound);
+
+struct Case {
+  std::string op;
+  std::string shape;
+  std::function<std::vector<Check>(Generator&)> run;
+};
+
+// Sets an environment variable for a scope and restores it after.
+class EnvOverride {
+ public:
+  EnvOverride(const char* name, const std::string& value);
+  ~EnvOverride();
+  EnvOverride(const EnvOverride&) = delete;
+  EnvOverride& operator=(const EnvOverride&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_old_ = false;
+};
+
+std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+// --perf (test_backend_ops_perf.cpp): times kernels and prints rates; returns
+// the process exit code.
+int run_perf();
+
+}  // namespace bb::harness

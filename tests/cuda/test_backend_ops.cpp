@@ -1,0 +1,510 @@
+// bb_cuda_ops: the CUDA-vs-CPU op harness (the idea of ggml's
+// test-backend-ops, kept table-driven and small).
+//
+// Every case draws fresh random inputs, rounds them through the CUDA dtype
+// (bfloat16 activations, float32 statistics and optimizer state), runs the op
+// on CUDA (bb::cuda::) and on the CPU oracle (bb::ops:: with float32 tensors
+// holding the same values), and compares each output by
+// ||cuda - cpu|| / ||cpu|| against a per-dtype bound. CUDA outputs are filled
+// with NaN before the op runs, so an output element the kernel never writes
+// fails the case; outputs that accumulate (+=) start from random values
+// instead, which checks the accumulation.
+//
+//   bb_cuda_ops                 run every case; one line per checked output,
+//                               then "N passed, M failed"; exit 1 on failure
+//   bb_cuda_ops --filter NAME   only cases whose op name contains NAME
+//   bb_cuda_ops --seed N        another draw of the random inputs
+//   bb_cuda_ops --perf          time the GEMM, attention and memory-bound
+//                               kernels instead (test_backend_ops_perf.cpp)
+//
+// When the build has cuDNN attention, attention cases run under both
+// BB_ATTENTION_BACKEND=flash and =cudnn.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "bumblebee/core/device_memory.h"
+#include "bumblebee/core/half.h"
+#include "bumblebee/core/rng.h"
+#include "bumblebee/ops/cuda/attention_backends.h"
+#include "bumblebee/ops/cuda/cuda_memory.h"
+#include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/ops.h"
+#include "tests/cuda/harness.h"
+
+namespace bb::harness {
+namespace {
+
+// Relative-error bounds: bfloat16 outputs carry ~2^-9 relative rounding per
+// element plus bf16 intermediates (P, dS in attention); float32 outputs of
+// identical inputs differ only by accumulation order.
+constexpr double kBf16Bound = 1e-2;
+constexpr double kF32Bound = 1e-5;
+
+double bound_for(DType dt) { return dt == DType::BF16 ? kBf16Bound : kF32Bound; }
+
+const char* short_name(DType dt) { return dt == DType::BF16 ? "bf16" : dt == DType::F32 ? "f32" : dtype_name(dt); }
+
+// ---- the table -------------------------------------------------------------------------
+
+void matmul_cases(std::vector<Case>& cases) {
+  struct Shape3 {
+    int64_t m, n, k;
+    bool ta, tb;
+    DType ab, c;
+    double alpha, beta;
+  };
+  const Shape3 shapes[] = {
+      {64, 128, 96, false, false, DType::BF16, DType::BF16, 1.0, 0.0},
+      {77, 45, 33, true, false, DType::BF16, DType::BF16, 1.0, 0.0},
+      {128, 256, 64, false, true, DType::BF16, DType::BF16, 0.5, 1.0},
+      {33, 65, 17, true, true, DType::BF16, DType::F32, 1.0, 1.0},
+      {512, 384, 1024, true, false, DType::BF16, DType::F32, 1.0, 1.0},  // weight-gradient shape: a^T b into fp32
+      {100, 72, 40, false, false, DType::F32, DType::F32, 1.0, 0.0},
+      {16, 16, 0, false, false, DType::BF16, DType::BF16, 1.0, 0.0},     // empty sum
+  };
+  for (const Shape3& s : shapes) {
+    std::string shape = fmt("m=%lld n=%lld k=%lld ta=%d tb=%d %s->%s alpha=%g beta=%g", (long long)s.m,
+                            (long long)s.n, (long long)s.k, int(s.ta), int(s.tb), short_name(s.ab),
+                            short_name(s.c), s.alpha, s.beta);
+    cases.push_back({"matmul", shape, [s](Generator& gen) {
+                       Pair a = random_pair(gen, s.ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, s.ab);
+                       Pair b = random_pair(gen, s.tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, s.ab);
+                       Pair c = s.beta != 0.0 ? random_pair(gen, {s.m, s.n}, s.c) : output_pair({s.m, s.n}, s.c);
+                       cuda::matmul(a.gpu, s.ta, b.gpu, s.tb, c.gpu, s.alpha, s.beta);
+                       ops::matmul(a.cpu, s.ta, b.cpu, s.tb, c.cpu, s.alpha, s.beta);
+                       return std::vector<Check>{compare("c", c, bound_for(s.c))};
+                     }});
+  }
+}
+
+void elementwise_cases(std::vector<Case>& cases) {
+  for (int64_t n : {int64_t(4096), int64_t(1001)}) {
+    for (DType dt : {DType::BF16, DType::F32}) {
+      std::string shape = fmt("n=%lld %s", (long long)n, short_name(dt));
+      cases.push_back({"add", shape, [=](Generator& gen) {
+                         Pair a = random_pair(gen, {n}, dt), b = random_pair(gen, {n}, dt);
+                         Pair out = output_pair({n}, dt);
+                         cuda::add(a.gpu, b.gpu, out.gpu);
+                         ops::add(a.cpu, b.cpu, out.cpu);
+                         return std::vector<Check>{compare("out", out, bound_for(dt))};
+                       }});
+      cases.push_back({"mul", shape, [=](Generator& gen) {
+                         Pair a = random_pair(gen, {n}, dt), b = random_pair(gen, {n}, dt);
+                         Pair out = output_pair({n}, dt);
+                         cuda::mul(a.gpu, b.gpu, out.gpu);
+                         ops::mul(a.cpu, b.cpu, out.cpu);
+                         return std::vector<Check>{compare("out", out, bound_for(dt))};
+                       }});
+      cases.push_back({"scale_", shape, [=](Generator& gen) {
+                         Pair x = random_pair(gen, {n}, dt);
+                         cuda::scale_(x.gpu, 0.37);
+                         ops::scale_(x.cpu, 0.37);
+                         return std::vector<Check>{compare("x", x, bound_for(dt))};
+                       }});
+    }
+    // Accumulation with mixed dtypes: fp32 gradients += bf16, and bf16 += bf16.
+    for (auto [acc_dt, x_dt] : {std::pair{DType::F32, DType::BF16}, std::pair{DType::BF16, DType::BF16},
+                                std::pair{DType::F32, DType::F32}}) {
+      std::string shape = fmt("n=%lld %s+=%s alpha=0.5", (long long)n, short_name(acc_dt), short_name(x_dt));
+      cases.push_back({"add_", shape, [=](Generator& gen) {
+                         Pair acc = random_pair(gen, {n}, acc_dt), x = random_pair(gen, {n}, x_dt);
+                         cuda::add_(acc.gpu, x.gpu, 0.5);
+                         // The CPU takes one dtype: x's values are already rounded.
+                         ops::add_(acc.cpu, x.cpu, 0.5);
+                         return std::vector<Check>{compare("acc", acc, bound_for(acc_dt))};
+                       }});
+    }
+  }
+}
+
+void reduce_cases(std::vector<Case>& cases) {
+  for (int64_t n : {int64_t(1), int64_t(4096), int64_t(1000003)}) {
+    for (DType dt : {DType::BF16, DType::F32}) {
+      std::string shape = fmt("n=%lld %s", (long long)n, short_name(dt));
+      cases.push_back({"sum", shape, [=](Generator& gen) {
+                         Pair x = random_pair(gen, {n}, dt);
+                         return std::vector<Check>{
+                             compare_scalar("sum", cuda::sum(x.gpu), ops::sum(x.cpu), kF32Bound)};
+                       }});
+      cases.push_back({"sum_squares", shape, [=](Generator& gen) {
+                         Pair x = random_pair(gen, {n}, dt);
+                         return std::vector<Check>{compare_scalar("sum_squares", cuda::sum_squares(x.gpu),
+                                                                  ops::sum_squares(x.cpu), kF32Bound)};
+                       }});
+      cases.push_back({"count_zeros", shape, [=](Generator& gen) {
+                         Pair x = random_pair_with(gen, {n}, dt, [&](std::vector<double>& v) {
+                           for (size_t i = 0; i < v.size(); i += 3) v[i] = 0.0;
+                         });
+                         return std::vector<Check>{compare_scalar("count", double(cuda::count_zeros(x.gpu)),
+                                                                  double(ops::count_zeros(x.cpu)), 0.0)};
+                       }});
+      for (bool poison : {false, true}) {
+        cases.push_back({"all_finite", shape + (poison ? " with inf" : " finite"), [=](Generator& gen) {
+                           Pair x = random_pair_with(gen, {n}, dt, [&](std::vector<double>& v) {
+                             if (poison) v[v.size() / 2] = std::numeric_limits<double>::infinity();
+                           });
+                           return std::vector<Check>{compare_scalar("finite", double(cuda::all_finite(x.gpu)),
+                                                                    double(ops::all_finite(x.cpu)), 0.0)};
+                         }});
+      }
+    }
+  }
+}
+
+void embedding_cases(std::vector<Case>& cases) {
+  struct E {
+    int64_t vocab_local, hidden, rows, vocab_start;
+    DType ids;
+  };
+  for (E e : {E{100, 64, 37, 0, DType::I32}, E{100, 64, 37, 50, DType::I64}, E{73, 36, 130, 20, DType::I32}}) {
+    std::string shape = fmt("V_local=%lld H=%lld N=%lld vocab_start=%lld ids=%s", (long long)e.vocab_local,
+                            (long long)e.hidden, (long long)e.rows, (long long)e.vocab_start, dtype_name(e.ids));
+    // Ids over twice the local range, so some rows belong to other ranks.
+    auto draw_ids = [e](Generator& gen) {
+      std::vector<double> ids(size_t(e.rows));
+      for (double& id : ids) id = double(int64_t(gen.uniform() * double(2 * e.vocab_local)));
+      return index_pair(ids, e.ids);
+    };
+    cases.push_back({"embedding_forward", shape, [=](Generator& gen) {
+                       Pair w = random_pair(gen, {e.vocab_local, e.hidden}, DType::BF16);
+                       Pair ids = draw_ids(gen);
+                       Pair out = output_pair({e.rows, e.hidden}, DType::BF16);
+                       cuda::embedding_forward(w.gpu, ids.gpu, e.vocab_start, out.gpu);
+                       ops::embedding_forward(w.cpu, ids.cpu, e.vocab_start, out.cpu);
+                       return std::vector<Check>{compare("out", out, 0.0)};
+                     }});
+    cases.push_back({"embedding_backward", shape, [=](Generator& gen) {
+                       Pair grad_out = random_pair(gen, {e.rows, e.hidden}, DType::BF16);
+                       Pair ids = draw_ids(gen);
+                       Pair grad_w = random_pair(gen, {e.vocab_local, e.hidden}, DType::F32);
+                       cuda::embedding_backward(grad_out.gpu, ids.gpu, e.vocab_start, grad_w.gpu);
+                       ops::embedding_backward(grad_out.cpu, ids.cpu, e.vocab_start, grad_w.cpu);
+                       return std::vector<Check>{compare("grad_weight", grad_w, kF32Bound)};
+                     }});
+  }
+}
+
+void rmsnorm_cases(std::vector<Case>& cases) {
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{37, 4096}, {1000, 128}, {5, 100}, {3, 8192}}) {
+    std::string shape = fmt("R=%lld n=%lld bf16", (long long)rows, (long long)n);
+    const double eps = 1e-6;
+    cases.push_back({"rmsnorm_forward", shape, [=](Generator& gen) {
+                       Pair x = random_pair(gen, {rows, n}, DType::BF16);
+                       Pair w = random_pair(gen, {n}, DType::BF16, 0.2, 1.0);
+                       Pair y = output_pair({rows, n}, DType::BF16), rstd = output_pair({rows}, DType::F32);
+                       cuda::rmsnorm_forward(x.gpu, w.gpu, eps, y.gpu, rstd.gpu);
+                       ops::rmsnorm_forward(x.cpu, w.cpu, eps, y.cpu, rstd.cpu);
+                       return std::vector<Check>{compare("y", y, kBf16Bound), compare("rstd", rstd, kF32Bound)};
+                     }});
+    cases.push_back({"rmsnorm_backward", shape, [=](Generator& gen) {
+                       Pair x = random_pair(gen, {rows, n}, DType::BF16);
+                       Pair w = random_pair(gen, {n}, DType::BF16, 0.2, 1.0);
+                       Pair dy = random_pair(gen, {rows, n}, DType::BF16);
+                       // rstd from the CPU forward, the same values on both sides.
+                       Tensor y_cpu = Tensor::empty({rows, n}, DType::F32), rstd_cpu = Tensor::empty({rows}, DType::F32);
+                       ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
+                       Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
+                       Pair dx = output_pair({rows, n}, DType::BF16);
+                       Pair dw = random_pair(gen, {n}, DType::F32);
+                       cuda::rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, dx.gpu, dw.gpu);
+                       ops::rmsnorm_backward(dy.cpu, x.cpu, w.cpu, rstd.cpu, dx.cpu, dw.cpu);
+                       // dw sums dy * xhat with xhat rounded to bf16 (as HF does), which
+                       // the float32 oracle does not round: a bf16-sized difference.
+                       return std::vector<Check>{compare("dx", dx, kBf16Bound), compare("dw", dw, kBf16Bound)};
+                     }});
+  }
+}
+
+Tensor rope_inv_freq(int64_t dim, double base) {
+  std::vector<double> f(size_t(dim / 2));
+  for (int64_t i = 0; i < dim / 2; ++i) f[size_t(i)] = 1.0 / std::pow(base, double(2 * i) / double(dim));
+  return Tensor::from_doubles(f, {dim / 2}, DType::F64);
+}
+
+void rope_cases(std::vector<Case>& cases) {
+  for (auto [tokens, heads, dim] : {std::tuple<int64_t, int64_t, int64_t>{37, 4, 128}, {64, 8, 64}, {9, 3, 20}}) {
+    for (bool in_place : {false, true}) {
+      std::string shape = fmt("N=%lld heads=%lld D=%lld bf16%s", (long long)tokens, (long long)heads,
+                              (long long)dim, in_place ? " in-place" : "");
+      for (bool backward : {false, true}) {
+        cases.push_back({backward ? "rope_backward" : "rope_forward", shape, [=](Generator& gen) {
+                           Pair x = random_pair(gen, {tokens, heads, dim}, DType::BF16);
+                           std::vector<double> pos(static_cast<size_t>(tokens));
+                           for (double& p : pos) p = double(int64_t(gen.uniform() * 4096));
+                           Pair positions = index_pair(pos, DType::I64);
+                           Tensor inv_freq = rope_inv_freq(dim, 1e6);
+                           Pair out = in_place ? x : output_pair({tokens, heads, dim}, DType::BF16);
+                           if (backward) {
+                             cuda::rope_backward(x.gpu, positions.gpu, inv_freq, out.gpu);
+                             ops::rope_backward(x.cpu, positions.cpu, inv_freq, out.cpu);
+                           } else {
+                             cuda::rope_forward(x.gpu, positions.gpu, inv_freq, out.gpu);
+                             ops::rope_forward(x.cpu, positions.cpu, inv_freq, out.cpu);
+                           }
+                           return std::vector<Check>{compare("out", out, kBf16Bound)};
+                         }});
+      }
+    }
+  }
+}
+
+void swiglu_cases(std::vector<Case>& cases) {
+  for (auto [rows, f] : {std::pair<int64_t, int64_t>{37, 256}, {16, 100}, {7, 13}}) {
+    std::string shape = fmt("N=%lld F=%lld bf16", (long long)rows, (long long)f);
+    cases.push_back({"swiglu_forward", shape, [=](Generator& gen) {
+                       Pair gu = random_pair(gen, {rows, 2 * f}, DType::BF16, 2.0);
+                       Pair out = output_pair({rows, f}, DType::BF16);
+                       cuda::swiglu_forward(gu.gpu, out.gpu);
+                       ops::swiglu_forward(gu.cpu, out.cpu);
+                       return std::vector<Check>{compare("out", out, kBf16Bound)};
+                     }});
+    cases.push_back({"swiglu_backward", shape, [=](Generator& gen) {
+                       Pair gu = random_pair(gen, {rows, 2 * f}, DType::BF16, 2.0);
+                       Pair dout = random_pair(gen, {rows, f}, DType::BF16);
+                       Pair dgu = output_pair({rows, 2 * f}, DType::BF16);
+                       cuda::swiglu_backward(dout.gpu, gu.gpu, dgu.gpu);
+                       ops::swiglu_backward(dout.cpu, gu.cpu, dgu.cpu);
+                       return std::vector<Check>{compare("d_gate_up", dgu, kBf16Bound)};
+                     }});
+  }
+}
+
+void cross_entropy_cases(std::vector<Case>& cases) {
+  struct CE {
+    int64_t rows, vocab_local, vocab_start, vocab_total;
+  };
+  for (CE c : {CE{37, 1000, 0, 1000}, CE{16, 999, 500, 2000}, CE{64, 4096, 4096, 8192}}) {
+    std::string shape = fmt("N=%lld V_local=%lld vocab_start=%lld V=%lld bf16", (long long)c.rows,
+                            (long long)c.vocab_local, (long long)c.vocab_start, (long long)c.vocab_total);
+    // Labels over the whole vocabulary, with a few masked (-100) rows.
+    auto draw_labels = [c](Generator& gen) {
+      std::vector<double> labels(size_t(c.rows));
+      for (size_t i = 0; i < labels.size(); ++i)
+        labels[i] = i % 7 == 3 ? -100.0 : double(int64_t(gen.uniform() * double(c.vocab_total)));
+      return index_pair(labels, DType::I64);
+    };
+    cases.push_back({"logits_row_max", shape, [=](Generator& gen) {
+                       Pair logits = random_pair(gen, {c.rows, c.vocab_local}, DType::BF16, 3.0);
+                       Pair row_max = output_pair({c.rows}, DType::F32);
+                       cuda::logits_row_max(logits.gpu, row_max.gpu);
+                       ops::logits_row_max(logits.cpu, row_max.cpu);
+                       return std::vector<Check>{compare("row_max", row_max, 0.0)};
+                     }});
+    cases.push_back({"logits_sumexp_target", shape, [=](Generator& gen) {
+                       Pair logits = random_pair(gen, {c.rows, c.vocab_local}, DType::BF16, 3.0);
+                       Pair labels = draw_labels(gen);
+                       Tensor max_cpu = Tensor::empty({c.rows}, DType::F32);
+                       ops::logits_row_max(logits.cpu, max_cpu);
+                       Pair row_max = pair_from_cpu(max_cpu, DType::F32);
+                       Pair sumexp = output_pair({c.rows}, DType::F32), target = output_pair({c.rows}, DType::F32);
+                       cuda::logits_sumexp_target(logits.gpu, row_max.gpu, labels.gpu, c.vocab_start, sumexp.gpu,
+                                                  target.gpu);
+                       ops::logits_sumexp_target(logits.cpu, row_max.cpu, labels.cpu, c.vocab_start, sumexp.cpu,
+                                                 target.cpu);
+                       return std::vector<Check>{compare("sumexp", sumexp, kF32Bound),
+                                                 compare("target_logit", target, 0.0)};
+                     }});
+    cases.push_back({"cross_entropy_loss", shape, [=](Generator& gen) {
+                       Pair row_max = random_pair(gen, {c.rows}, DType::F32);
+                       Pair sumexp = random_pair(gen, {c.rows}, DType::F32, 100.0, 200.0);
+                       Pair target = random_pair(gen, {c.rows}, DType::F32);
+                       Pair lse = output_pair({c.rows}, DType::F32), loss = output_pair({c.rows}, DType::F32);
+                       cuda::cross_entropy_loss(row_max.gpu, sumexp.gpu, target.gpu, lse.gpu, loss.gpu);
+                       ops::cross_entropy_loss(row_max.cpu, sumexp.cpu, target.cpu, lse.cpu, loss.cpu);
+                       return std::vector<Check>{compare("lse", lse, kF32Bound), compare("loss", loss, kF32Bound)};
+                     }});
+    for (bool in_place : {false, true}) {
+      cases.push_back({"cross_entropy_backward", shape + (in_place ? " in-place" : ""), [=](Generator& gen) {
+                         Pair logits = random_pair(gen, {c.rows, c.vocab_local}, DType::BF16, 3.0);
+                         Pair labels = draw_labels(gen);
+                         // lse of the local shard stands in for the group-reduced one.
+                         Tensor max_cpu = Tensor::empty({c.rows}, DType::F32), s_cpu = Tensor::empty({c.rows}, DType::F32),
+                                t_cpu = Tensor::empty({c.rows}, DType::F32), lse_cpu = Tensor::empty({c.rows}, DType::F32),
+                                loss_cpu = Tensor::empty({c.rows}, DType::F32);
+                         ops::logits_row_max(logits.cpu, max_cpu);
+                         ops::logits_sumexp_target(logits.cpu, max_cpu, labels.cpu, c.vocab_start, s_cpu, t_cpu);
+                         ops::cross_entropy_loss(max_cpu, s_cpu, t_cpu, lse_cpu, loss_cpu);
+                         Pair lse = pair_from_cpu(lse_cpu, DType::F32);
+                         Pair dloss = random_pair(gen, {c.rows}, DType::F32);
+                         Pair dlogits = in_place ? logits : output_pair({c.rows, c.vocab_local}, DType::BF16);
+                         cuda::cross_entropy_backward(logits.gpu, labels.gpu, c.vocab_start, lse.gpu, dloss.gpu,
+                                                      dlogits.gpu);
+                         ops::cross_entropy_backward(logits.cpu, labels.cpu, c.vocab_start, lse.cpu, dloss.cpu,
+                                                     dlogits.cpu);
+                         return std::vector<Check>{compare("dlogits", dlogits, kBf16Bound)};
+                       }});
+    }
+  }
+}
+
+void adamw_cases(std::vector<Case>& cases) {
+  for (int64_t n : {int64_t(4096), int64_t(1001)}) {
+    for (DType grad_dt : {DType::F32, DType::BF16}) {
+      std::string shape = fmt("n=%lld param f32 grad %s step=7", (long long)n, short_name(grad_dt));
+      cases.push_back({"adamw_step", shape, [=](Generator& gen) {
+                         Pair p = random_pair(gen, {n}, DType::F32);
+                         Pair g = random_pair(gen, {n}, grad_dt, 0.1);
+                         Pair m = random_pair(gen, {n}, DType::F32, 0.01);
+                         Pair v = random_pair(gen, {n}, DType::F32, 1e-4, 2e-4);
+                         ops::AdamWParams hp;
+                         hp.lr = 3e-4;
+                         hp.weight_decay = 0.1;
+                         hp.step = 7;
+                         hp.grad_scale = 0.8;
+                         cuda::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, hp);
+                         // The CPU takes one dtype; the grad values are already rounded.
+                         ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, hp);
+                         return std::vector<Check>{compare("param", p, kF32Bound), compare("exp_avg", m, kF32Bound),
+                                                   compare("exp_avg_sq", v, kF32Bound)};
+                       }});
+    }
+  }
+}
+
+struct AttentionShape {
+  std::vector<int64_t> seqlens;
+  int64_t heads_q, heads_kv, head_dim;
+};
+
+std::string attention_shape(const AttentionShape& a) {
+  std::string lens;
+  for (int64_t l : a.seqlens) lens += (lens.empty() ? "" : ",") + std::to_string(l);
+  return fmt("seqs=[%s] Hq=%lld Hkv=%lld D=%lld", lens.c_str(), (long long)a.heads_q, (long long)a.heads_kv,
+             (long long)a.head_dim);
+}
+
+void attention_cases(std::vector<Case>& cases) {
+  const AttentionShape shapes[] = {
+      {{37}, 4, 4, 64},           {{64}, 2, 1, 128},         {{100, 37, 1, 64}, 8, 4, 128},
+      {{129, 200}, 8, 2, 128},    {{65, 3}, 4, 2, 64},       {{300}, 4, 1, 96},
+      {{77, 50}, 2, 2, 32},       {{1}, 2, 2, 128},
+  };
+  std::vector<std::string> backends = {"flash"};
+  if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
+  for (const std::string& backend : backends) {
+    for (const AttentionShape& a : shapes) {
+      std::vector<double> cu{0.0};
+      int64_t max_seqlen = 0;
+      for (int64_t l : a.seqlens) {
+        cu.push_back(cu.back() + double(l));
+        max_seqlen = std::max(max_seqlen, l);
+      }
+      const int64_t tokens = int64_t(cu.back());
+      const double scale = 1.0 / std::sqrt(double(a.head_dim));
+      const Shape q_shape{tokens, a.heads_q, a.head_dim}, kv_shape{tokens, a.heads_kv, a.head_dim};
+      cases.push_back({"attention_forward[" + backend + "]", attention_shape(a), [=](Generator& gen) {
+                         EnvOverride env("BB_ATTENTION_BACKEND", backend);
+                         Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, kv_shape, DType::BF16),
+                              v = random_pair(gen, kv_shape, DType::BF16);
+                         Pair cu_seqlens = index_pair(cu, DType::I32);
+                         Pair out = output_pair(q_shape, DType::BF16), lse = output_pair({tokens, a.heads_q}, DType::F32);
+                         cuda::attention_forward(q.gpu, k.gpu, v.gpu, cu_seqlens.gpu, max_seqlen, scale, out.gpu,
+                                                 lse.gpu);
+                         ops::attention_forward(q.cpu, k.cpu, v.cpu, cu_seqlens.cpu, max_seqlen, scale, out.cpu,
+                                                lse.cpu);
+                         // lse comes from fp32 sums of exact bf16 products; exp2 is the
+                         // hardware approximation (2 ulp).
+                         return std::vector<Check>{compare("out", out, kBf16Bound), compare("lse", lse, 1e-4)};
+                       }});
+      cases.push_back({"attention_backward[" + backend + "]", attention_shape(a), [=](Generator& gen) {
+                         EnvOverride env("BB_ATTENTION_BACKEND", backend);
+                         Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, kv_shape, DType::BF16),
+                              v = random_pair(gen, kv_shape, DType::BF16);
+                         Pair dout = random_pair(gen, q_shape, DType::BF16);
+                         Pair cu_seqlens = index_pair(cu, DType::I32);
+                         // out and lse from the CPU forward (out rounded to bf16), the same on both sides.
+                         Tensor out_cpu = Tensor::empty(q_shape, DType::F32), lse_cpu = Tensor::empty({tokens, a.heads_q}, DType::F32);
+                         ops::attention_forward(q.cpu, k.cpu, v.cpu, cu_seqlens.cpu, max_seqlen, scale, out_cpu,
+                                                lse_cpu);
+                         Pair out = pair_from_cpu(out_cpu, DType::BF16), lse = pair_from_cpu(lse_cpu, DType::F32);
+                         Pair dq = output_pair(q_shape, DType::BF16), dk = output_pair(kv_shape, DType::BF16),
+                              dv = output_pair(kv_shape, DType::BF16);
+                         cuda::attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, cu_seqlens.gpu,
+                                                  max_seqlen, scale, dq.gpu, dk.gpu, dv.gpu);
+                         ops::attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, cu_seqlens.cpu,
+                                                 max_seqlen, scale, dq.cpu, dk.cpu, dv.cpu);
+                         return std::vector<Check>{compare("dq", dq, kBf16Bound), compare("dk", dk, kBf16Bound),
+                                                   compare("dv", dv, kBf16Bound)};
+                       }});
+    }
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  matmul_cases(cases);
+  elementwise_cases(cases);
+  reduce_cases(cases);
+  embedding_cases(cases);
+  rmsnorm_cases(cases);
+  rope_cases(cases);
+  swiglu_cases(cases);
+  cross_entropy_cases(cases);
+  adamw_cases(cases);
+  attention_cases(cases);
+  return cases;
+}
+
+int run_cases(const std::string& filter, uint64_t seed) {
+  int passed = 0, failed = 0;
+  const std::vector<Case> cases = all_cases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    if (!filter.empty() && c.op.find(filter) == std::string::npos) continue;
+    Generator gen(seed * 1000003ull + i);
+    std::vector<Check> checks;
+    try {
+      checks = c.run(gen);
+      cuda::synchronize();  // an asynchronous kernel fault surfaces here, inside this case
+    } catch (const std::exception& e) {
+      std::printf("FAIL  %-28s %-56s error: %s\n", c.op.c_str(), c.shape.c_str(), e.what());
+      ++failed;
+      continue;
+    }
+    for (const Check& k : checks) {
+      const bool ok = k.error <= k.bound;  // NaN fails
+      std::printf("%s  %-28s %-56s %-13s err=%-10.3g bound=%.0e\n", ok ? "PASS" : "FAIL", c.op.c_str(),
+                  c.shape.c_str(), k.name.c_str(), k.error, k.bound);
+      (ok ? passed : failed) += 1;
+    }
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace bb::harness
+
+int main(int argc, char** argv) {
+  bool perf = false;
+  std::string filter;
+  uint64_t seed = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--perf") == 0) {
+      perf = true;
+    } else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
+      filter = argv[++i];
+    } else if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    } else {
+      std::fprintf(stderr, "usage: %s [--perf] [--filter OP] [--seed N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (bb::cuda_device_count() == 0) {
+    std::fprintf(stderr, "bb_cuda_ops: no CUDA device is visible; run this on the GPU machine\n");
+    return 1;
+  }
+  try {
+    return perf ? bb::harness::run_perf() : bb::harness::run_cases(filter, seed);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bb_cuda_ops: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,210 @@
+// bb_cuda_ops --perf: kernel timings with CUDA events.
+//
+// Each measurement runs the op 3 times to warm up (cuBLASLt plans, pool,
+// clocks), then times 10 single runs between two events on the backend's
+// stream and reports the median. Compute-bound ops print TFLOP/s
+// (attention FLOPs count the causal half only, FlashAttention's convention:
+// forward 4 * S^2 * D * Hq / 2 per sequence, backward 2.5 times that);
+// memory-bound ops print GB/s of the bytes they must read and write.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "bumblebee/ops/cuda/attention_backends.h"
+#include "bumblebee/ops/cuda/cuda_context.h"
+#include "bumblebee/ops/cuda/cuda_memory.h"
+#include "bumblebee/ops/cuda/cuda_ops.h"
+#include "tests/cuda/harness.h"
+
+namespace bb::harness {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+double median_ms(const std::function<void()>& op, int warmup = 3, int repeats = 10) {
+  for (int i = 0; i < warmup; ++i) op();
+  cudaStream_t stream = cuda::current_stream();
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int i = 0; i < repeats; ++i) {
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    op();
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return double(times[times.size() / 2]);
+}
+
+// Uniform(-1, 1) values in `dtype` on the GPU; a fast host generator, since
+// these tensors run to gigabytes.
+Tensor random_gpu(const Shape& shape, DType dtype, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::vector<float> v(size_t(shape_numel(shape)));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (float& x : v) x = dist(rng);
+  Tensor t = Tensor::empty(shape, dtype, kGpu);
+  t.copy_from(Tensor::from_vector(v, shape));
+  return t;
+}
+
+Tensor index_gpu(const std::vector<int64_t>& v, DType dtype) {
+  Tensor host = Tensor::from_vector(v, {int64_t(v.size())});
+  Tensor t = Tensor::empty(host.shape(), dtype, kGpu);
+  t.copy_from(host);
+  return t;
+}
+
+void report_flops(const std::string& what, double ms, double flops) {
+  std::printf("%-64s %9.3f ms %8.1f TFLOP/s\n", what.c_str(), ms, flops / (ms * 1e-3) / 1e12);
+}
+
+void report_bytes(const std::string& what, double ms, double bytes) {
+  std::printf("%-64s %9.3f ms %8.1f GB/s\n", what.c_str(), ms, bytes / (ms * 1e-3) / 1e9);
+}
+
+void perf_gemm() {
+  const int64_t n = 8192;
+  Tensor a = random_gpu({n, n}, DType::BF16, 1), b = random_gpu({n, n}, DType::BF16, 2);
+  Tensor c = Tensor::empty({n, n}, DType::BF16, kGpu);
+  const double flops = 2.0 * double(n) * double(n) * double(n);
+  report_flops("matmul 8192^3 bf16 -> bf16 (NN)", median_ms([&] { cuda::matmul(a, false, b, false, c); }), flops);
+  report_flops("matmul 8192^3 bf16 -> bf16 (NT, x W^T)", median_ms([&] { cuda::matmul(a, false, b, true, c); }),
+               flops);
+  Tensor c32 = Tensor::zeros({n, n}, DType::F32, kGpu);
+  report_flops("matmul 8192^3 bf16 -> f32 beta=1 (TN, weight grad)",
+               median_ms([&] { cuda::matmul(a, true, b, false, c32, 1.0, 1.0); }), flops);
+}
+
+void perf_attention(const std::string& backend) {
+  EnvOverride env("BB_ATTENTION_BACKEND", backend);
+  const int64_t seq = 4096, heads_q = 16, heads_kv = 8, dim = 128;
+  for (int64_t batch = 1; batch <= 4; ++batch) {
+    const int64_t tokens = seq * batch;
+    std::vector<int64_t> cu;
+    for (int64_t s = 0; s <= batch; ++s) cu.push_back(s * seq);
+    Tensor cu_seqlens = index_gpu(cu, DType::I32);
+    Tensor q = random_gpu({tokens, heads_q, dim}, DType::BF16, 3), k = random_gpu({tokens, heads_kv, dim}, DType::BF16, 4),
+           v = random_gpu({tokens, heads_kv, dim}, DType::BF16, 5), dout = random_gpu({tokens, heads_q, dim}, DType::BF16, 6);
+    Tensor out = Tensor::empty({tokens, heads_q, dim}, DType::BF16, kGpu);
+    Tensor lse = Tensor::empty({tokens, heads_q}, DType::F32, kGpu);
+    Tensor dq = Tensor::empty(q.shape(), DType::BF16, kGpu), dk = Tensor::empty(k.shape(), DType::BF16, kGpu),
+           dv = Tensor::empty(v.shape(), DType::BF16, kGpu);
+    const double scale = 1.0 / std::sqrt(double(dim));
+    const double fwd_flops = double(batch) * 4.0 * double(seq) * double(seq) * double(dim) * double(heads_q) / 2.0;
+    const std::string shape = fmt("seq=%lld x %lld Hq=16 Hkv=8 D=128 causal", (long long)seq, (long long)batch);
+    report_flops("attention_forward[" + backend + "] " + shape, median_ms([&] {
+                   cuda::attention_forward(q, k, v, cu_seqlens, seq, scale, out, lse);
+                 }),
+                 fwd_flops);
+    report_flops("attention_backward[" + backend + "] " + shape, median_ms([&] {
+                   cuda::attention_backward(dout, q, k, v, out, lse, cu_seqlens, seq, scale, dq, dk, dv);
+                 }),
+                 2.5 * fwd_flops);
+  }
+}
+
+void perf_memory_bound() {
+  const int64_t rows = 16384, hidden = 4096, ffn = 11008, vocab = 151936, heads = 16, dim = 128;
+  {
+    Tensor x = random_gpu({rows, hidden}, DType::BF16, 7), w = random_gpu({hidden}, DType::BF16, 8);
+    Tensor y = Tensor::empty(x.shape(), DType::BF16, kGpu), rstd = Tensor::empty({rows}, DType::F32, kGpu);
+    Tensor dy = random_gpu(x.shape(), DType::BF16, 9), dx = Tensor::empty(x.shape(), DType::BF16, kGpu);
+    Tensor dw = Tensor::zeros({hidden}, DType::F32, kGpu);
+    const double act = double(rows) * double(hidden) * 2.0;
+    report_bytes("rmsnorm_forward 16384 x 4096 bf16",
+                 median_ms([&] { cuda::rmsnorm_forward(x, w, 1e-6, y, rstd); }), 2.0 * act);
+    report_bytes("rmsnorm_backward 16384 x 4096 bf16",
+                 median_ms([&] { cuda::rmsnorm_backward(dy, x, w, rstd, dx, dw); }), 3.0 * act);
+    Tensor sum = Tensor::empty(x.shape(), DType::BF16, kGpu);
+    report_bytes("add 16384 x 4096 bf16", median_ms([&] { cuda::add(x, dy, sum); }), 3.0 * act);
+  }
+  {
+    Tensor gu = random_gpu({rows, 2 * ffn}, DType::BF16, 10), out = Tensor::empty({rows, ffn}, DType::BF16, kGpu);
+    Tensor dout = random_gpu({rows, ffn}, DType::BF16, 11), dgu = Tensor::empty(gu.shape(), DType::BF16, kGpu);
+    const double half = double(rows) * double(ffn) * 2.0;
+    report_bytes("swiglu_forward 16384 x 11008 bf16", median_ms([&] { cuda::swiglu_forward(gu, out); }), 3.0 * half);
+    report_bytes("swiglu_backward 16384 x 11008 bf16", median_ms([&] { cuda::swiglu_backward(dout, gu, dgu); }),
+                 5.0 * half);
+  }
+  {
+    Tensor x = random_gpu({rows, heads, dim}, DType::BF16, 12), out = Tensor::empty(x.shape(), DType::BF16, kGpu);
+    std::vector<int64_t> pos(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) pos[size_t(i)] = i % 4096;
+    Tensor positions = index_gpu(pos, DType::I64);
+    std::vector<double> f(size_t(dim / 2));
+    for (int64_t i = 0; i < dim / 2; ++i) f[size_t(i)] = std::pow(1e6, -double(2 * i) / double(dim));
+    Tensor inv_freq = Tensor::from_doubles(f, {dim / 2}, DType::F64);
+    report_bytes("rope_forward 16384 x 16 x 128 bf16",
+                 median_ms([&] { cuda::rope_forward(x, positions, inv_freq, out); }),
+                 2.0 * double(x.numel()) * 2.0);
+  }
+  {
+    const int64_t n = 8192;
+    Tensor logits = random_gpu({n, vocab}, DType::BF16, 13, -5.f, 5.f);
+    std::vector<int64_t> lab(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) lab[size_t(i)] = (i * 7919) % vocab;
+    Tensor labels = index_gpu(lab, DType::I64);
+    Tensor row_max = Tensor::empty({n}, DType::F32, kGpu), sumexp = Tensor::empty({n}, DType::F32, kGpu),
+           target = Tensor::empty({n}, DType::F32, kGpu), lse = Tensor::empty({n}, DType::F32, kGpu),
+           loss = Tensor::empty({n}, DType::F32, kGpu);
+    Tensor dloss = random_gpu({n}, DType::F32, 14);
+    const double bytes = double(n) * double(vocab) * 2.0;
+    report_bytes("logits_row_max 8192 x 151936 bf16", median_ms([&] { cuda::logits_row_max(logits, row_max); }),
+                 bytes);
+    report_bytes("logits_sumexp_target 8192 x 151936 bf16", median_ms([&] {
+                   cuda::logits_sumexp_target(logits, row_max, labels, 0, sumexp, target);
+                 }),
+                 bytes);
+    cuda::cross_entropy_loss(row_max, sumexp, target, lse, loss);
+    Tensor dlogits = Tensor::empty(logits.shape(), DType::BF16, kGpu);
+    report_bytes("cross_entropy_backward 8192 x 151936 bf16", median_ms([&] {
+                   cuda::cross_entropy_backward(logits, labels, 0, lse, dloss, dlogits);
+                 }),
+                 2.0 * bytes);
+  }
+  {
+    const int64_t n = int64_t(256) << 20;
+    Tensor p = random_gpu({n}, DType::F32, 15), g = random_gpu({n}, DType::F32, 16);
+    Tensor m = Tensor::zeros({n}, DType::F32, kGpu), v = Tensor::zeros({n}, DType::F32, kGpu);
+    ops::AdamWParams hp;
+    report_bytes("adamw_step 256M fp32 (p, g, m, v)", median_ms([&] { cuda::adamw_step(p, g, m, v, hp); }),
+                 28.0 * double(n));
+    report_bytes("sum_squares 256M fp32 (one sync)", median_ms([&] { cuda::sum_squares(g); }), 4.0 * double(n));
+  }
+  {
+    const int64_t vocab_local = 151936, n = 16384;
+    Tensor w = random_gpu({vocab_local, hidden}, DType::BF16, 17), out = Tensor::empty({n, hidden}, DType::BF16, kGpu);
+    std::vector<int64_t> ids(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = (i * 104729) % vocab_local;
+    Tensor id = index_gpu(ids, DType::I64);
+    report_bytes("embedding_forward 16384 rows x 4096 bf16",
+                 median_ms([&] { cuda::embedding_forward(w, id, 0, out); }), 2.0 * double(n) * double(hidden) * 2.0);
+  }
+}
+
+}  // namespace
+
+int run_perf() {
+  cudaDeviceProp props{};
+  CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
+  std::printf("device: %s, %d SMs\n", props.name, props.multiProcessorCount);
+  perf_gemm();
+  perf_attention("flash");
+  if (cuda::cudnn_attention_built()) perf_attention("cudnn");
+  perf_memory_bound();
+  return 0;
+}
+
+}  // namespace bb::harness
