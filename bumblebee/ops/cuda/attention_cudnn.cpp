@@ -21,11 +21,13 @@
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "bumblebee/ops/cuda/cuda_context.h"
 #include "bumblebee/ops/cuda/cudnn_varlen.h"
