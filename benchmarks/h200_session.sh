@@ -2,6 +2,7 @@
 # One session on an H200 machine: build the CUDA backend, then run the stages
 # named on the command line (default: harness fixtures bench):
 #   harness   CUDA-vs-CPU op harness (tests/cuda), forward and backward
+#   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py)
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers
 #   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096)
 #   baseline  the PyTorch + HF transformers baseline (benchmarks/baselines) in the same session
@@ -31,6 +32,9 @@ for stage in $stages; do
     harness)
       timeout 240 $bin/bb_cuda_ops > "$OUT/harness.log" 2>&1; echo "exit $?"
       grep -E "FAIL|passed" "$OUT/harness.log" | tail -40 ;;
+    perf)
+      timeout 200 $bin/bb_cuda_ops --perf 2>&1 | tee "$OUT/perf.log" | grep -v "^$"
+      timeout 150 python3 benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$OUT/sdpa.log" ;;
     fixtures)
       for f in qwen3_gqa qwen3_mha_sharded qwen3_tp llama3_gqa llama3_tied_f16; do
         d=tests/fixtures/$f
