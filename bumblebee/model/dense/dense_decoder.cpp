@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "bumblebee/core/rng.h"
+#include "bumblebee/primitive/ckpt/hf_weights.h"
 
 namespace bb {
 
@@ -61,20 +62,7 @@ void DenseDecoder::init_weights(uint64_t seed) {
     Generator gen(seed ^ std::hash<std::string>{}(p.name));
     Tensor full = Tensor::empty(p.full_shape, DType::F64);
     gen.fill_normal(full, cfg_.initializer_range);
-    Tensor local = Tensor::zeros(p.local_shape, DType::F64);
-    const std::vector<double> src = full.to_doubles();
-    double* dst = local.data<double>();
-    if (p.shard == ShardKind::Row) {
-      const int64_t rows = p.full_shape[0], cols = p.full_shape[1], lc = p.local_shape[1];
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < lc; ++c) dst[r * lc + c] = src[size_t(r * cols + p.shard_begin + c)];
-    } else if (p.shard == ShardKind::Replicated) {
-      std::copy(src.begin(), src.end(), dst);
-    } else {
-      const int64_t row = shape_numel(p.full_shape) / p.full_shape[0];
-      std::copy(src.begin() + p.shard_begin * row, src.begin() + (p.shard_begin + p.shard_valid) * row, dst);
-    }
-    p.value.copy_from(local);
+    p.value.copy_from(shard_of_full(p, full));
   }
 }
 
