@@ -4,7 +4,7 @@
 # with /usr/local/cuda present the CUDA backend is built too.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libopenblas-dev libopenmpi-dev openmpi-bin
-          nlohmann-json3-dev libgtest-dev libpcre2-dev python3)
+          nlohmann-json3-dev libgtest-dev libpcre2-dev python3 python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,4 +15,11 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# The tensorboard package, for the test that reads bb-train's event files with TensorBoard itself.
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-ci"
+if [ ! -x "$venv/bin/tensorboard" ]; then
+  echo "setup: creating $venv with tensorboard"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q tensorboard
 fi

@@ -1,0 +1,438 @@
+// The recipe schema, file merging and command-line overrides with key and type checks, and validation.
+#include "bumblebee/runtime/train/recipe.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "bumblebee/core/error.h"
+#include "bumblebee/runtime/cli_args.h"
+
+namespace bb::train {
+
+namespace {
+
+using json = nlohmann::json;
+using T = RecipeKeyType;
+
+std::vector<RecipeKey> build_keys() {
+  const OptimizerConfig o;
+  return {
+      {"description", T::String, "", "free text saying what the recipe is for (not used by the run)"},
+      {"model.hf_path", T::String, "", "HF model directory: config.json, plus safetensors when loading weights"},
+      {"model.model_name", T::String, "auto", "registered model name, or auto (config.json's model_type)"},
+      {"model.load_hf_weights", T::Bool, true, "load the safetensors of model.hf_path; false: random init"},
+      {"model.overrides", T::Object, json::object(), "model config overrides, e.g. {\"num_layers\": 2}"},
+      {"data.kind", T::String, "pretrain", "pretrain (fixed-length samples across documents) or sft (conversations)"},
+      {"data.tokenizer", T::String, "", "tokenizer.json; empty: model.hf_path/tokenizer.json"},
+      {"data.jsonl", T::String, "", "JSONL corpus, tokenised into OUT/data/ at start"},
+      {"data.jsonl_key", T::String, "text", "field of each JSONL line holding the document text"},
+      {"data.sft_format", T::String, "paragraphs",
+       "sft: paragraphs (prompt = first sentence of a paragraph, response = the rest) or prompt_response "
+       "(lines with \"prompt\" and \"response\" fields)"},
+      {"data.prefixes", T::StringList, json::array(), "pretrain: Megatron indexed datasets PREFIX(.bin/.idx)"},
+      {"data.blend", T::FloatList, json::array(), "weights of data.prefixes (empty: equal weights)"},
+      {"data.seq_len", T::Int, 1024, "tokens per sample (pretrain) or per packed row (sft)"},
+      {"data.split", T::FloatList, json::array({0.98, 0.02}), "[train, valid] fractions of the documents"},
+      {"train.steps", T::Int, 100, "optimizer steps"},
+      {"train.micro_batch_size", T::Int, 1, "sequences per microbatch (sft: packed rows of data.seq_len tokens)"},
+      {"train.num_microbatches", T::Int, 1, "microbatches per step (gradient accumulation)"},
+      {"train.eval_interval", T::Int, 100, "validate every N steps (0: only after the last step)"},
+      {"train.eval_batches", T::Int, 4, "global batches of held-out data per validation (0: no validation)"},
+      {"train.log_interval", T::Int, 1, "print a step line every N steps"},
+      {"train.seed", T::Int, 1234, "seed of the random init and of the data shuffles"},
+      {"optimizer.optimizer", T::String, o.optimizer, "adam (AdamW with decoupled weight decay)"},
+      {"optimizer.lr", T::Float, o.lr, "peak learning rate"},
+      {"optimizer.min_lr", T::Float, o.min_lr, "learning rate at the end of the decay"},
+      {"optimizer.clip_grad", T::Float, o.clip_grad, "global gradient-norm clip (0: none)"},
+      {"optimizer.weight_decay", T::Float, o.weight_decay, "decoupled weight decay"},
+      {"optimizer.lr_warmup_steps", T::Int, o.lr_warmup_steps, "linear warmup steps"},
+      {"optimizer.lr_warmup_init", T::Float, o.lr_warmup_init, "learning rate at step 0 of the warmup"},
+      {"optimizer.lr_decay_steps", T::Int, o.lr_decay_steps, "step where the decay ends (0: total_training_steps)"},
+      {"optimizer.lr_decay_style", T::String, o.lr_decay_style, "constant | linear | cosine | WSD"},
+      {"optimizer.lr_wsd_decay_style", T::String, o.lr_wsd_decay_style, "WSD tail: linear | cosine | exponential"},
+      {"optimizer.lr_wsd_decay_steps", T::Int, o.lr_wsd_decay_steps, "length of the WSD tail"},
+      {"optimizer.total_training_steps", T::Int, o.total_training_steps, "decay horizon (0: train.steps)"},
+      {"optimizer.adam_beta1", T::Float, o.adam_beta1, "Adam beta1"},
+      {"optimizer.adam_beta2", T::Float, o.adam_beta2, "Adam beta2"},
+      {"optimizer.adam_eps", T::Float, o.adam_eps, "Adam epsilon"},
+      {"optimizer.offload_fraction", T::Float, o.offload_fraction,
+       "optimizer state offloaded to the host (not implemented yet: keep 0)"},
+      {"parallel.tp", T::Int, 1, "tensor-parallel size (ranks launched by mpirun / bbrun; dp = world / tp)"},
+      {"backend.backend", T::String, "bb", "bb (optimised, parallel) or ref (single-device baseline)"},
+      {"backend.device", T::String, "cpu", "cpu | cuda | cuda:N"},
+      {"backend.dtype", T::String, "auto", "auto (cpu: float32, cuda: bfloat16) | float64 | float32 | bfloat16"},
+      {"backend.recompute", T::String, "none", "activation recompute: none | full"},
+      {"output.dir", T::String, "runs/train", "run directory: logs, event files, loss.svg, checkpoint"},
+      {"output.save_hf", T::Bool, false, "write the trained model as an HF directory OUT/hf at the end"},
+  };
+}
+
+const char* type_name(RecipeKeyType t) {
+  switch (t) {
+    case T::String: return "a string";
+    case T::Bool: return "a boolean";
+    case T::Int: return "an integer";
+    case T::Float: return "a number";
+    case T::StringList: return "a list of strings";
+    case T::FloatList: return "a list of numbers";
+    case T::Object: return "an object";
+  }
+  return "?";
+}
+
+const RecipeKey* find_key(const std::string& key) {
+  for (const RecipeKey& k : recipe_keys())
+    if (k.key == key) return &k;
+  return nullptr;
+}
+
+bool is_section(const std::string& path) {
+  for (const RecipeKey& k : recipe_keys())
+    if (k.key.size() > path.size() && k.key.starts_with(path) && k.key[path.size()] == '.') return true;
+  return false;
+}
+
+std::string last_part(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+// The valid key or section the user most likely meant: a key with the same last
+// part in another section ("train.lr" -> "optimizer.lr"), else the nearest key or
+// section ("optimiser" -> "optimizer") by edit distance.
+std::string nearest_key(const std::string& key) {
+  for (const RecipeKey& k : recipe_keys())
+    if (last_part(k.key) == last_part(key)) return k.key;
+  std::vector<std::string> candidates;
+  for (const RecipeKey& k : recipe_keys()) {
+    candidates.push_back(k.key);
+    const size_t dot = k.key.find('.');
+    if (dot != std::string::npos) candidates.push_back(k.key.substr(0, dot));
+  }
+  std::string best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (const std::string& c : candidates) {
+    const size_t d = std::min(edit_distance(key, c), edit_distance(last_part(key), last_part(c)) + 1);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+[[noreturn]] void unknown_key(const std::string& key, const std::string& source) {
+  BB_FAIL(source, ": unknown recipe key '", key, "'; did you mean '", nearest_key(key), "'?");
+}
+
+json::json_pointer pointer_of(const std::string& key) {
+  std::string p = key;
+  std::replace(p.begin(), p.end(), '.', '/');
+  return json::json_pointer("/" + p);
+}
+
+[[noreturn]] void wrong_type(const RecipeKey& k, const json& v, const std::string& source) {
+  BB_FAIL(source, ": recipe key '", k.key, "' must be ", type_name(k.type), ", got ", v.dump());
+}
+
+// `v` checked against the key's type, integers written as integers.
+json checked_value(const RecipeKey& k, const json& v, const std::string& source) {
+  auto wrong = [&]() { wrong_type(k, v, source); };
+  switch (k.type) {
+    case T::String:
+      if (!v.is_string()) wrong();
+      return v;
+    case T::Bool:
+      if (!v.is_boolean()) wrong();
+      return v;
+    case T::Int:
+      if (v.is_number_integer()) return v;
+      if (v.is_number_float() && std::nearbyint(v.get<double>()) == v.get<double>() &&
+          std::fabs(v.get<double>()) < 9.0e18)
+        return json(int64_t(v.get<double>()));
+      wrong_type(k, v, source);
+    case T::Float:
+      if (!v.is_number()) wrong();
+      return json(v.get<double>());
+    case T::StringList:
+      if (!v.is_array()) wrong();
+      for (const json& e : v)
+        if (!e.is_string()) wrong();
+      return v;
+    case T::FloatList: {
+      if (!v.is_array()) wrong();
+      json out = json::array();
+      for (const json& e : v) {
+        if (!e.is_number()) wrong();
+        out.push_back(e.get<double>());
+      }
+      return out;
+    }
+    case T::Object:
+      if (!v.is_object()) wrong();
+      return v;
+  }
+  wrong_type(k, v, source);
+}
+
+void set_value(json& recipe, const RecipeKey& k, const json& v) {
+  json& slot = recipe[pointer_of(k.key)];
+  if (k.type == T::Object) {
+    slot.update(v);   // layers of overrides add up key by key
+  } else {
+    slot = v;
+  }
+}
+
+void merge_object(json& recipe, const json& file, const std::string& prefix, const std::string& source) {
+  for (const auto& [name, value] : file.items()) {
+    const std::string path = prefix.empty() ? name : prefix + "." + name;
+    if (const RecipeKey* k = find_key(path)) {
+      set_value(recipe, *k, checked_value(*k, value, source));
+    } else if (is_section(path)) {
+      BB_CHECK(value.is_object(), source, ": recipe section '", path, "' must be an object, got ", value.dump());
+      merge_object(recipe, value, path, source);
+    } else {
+      unknown_key(path, source);
+    }
+  }
+}
+
+json parse_json_text(const std::string& key, const std::string& text) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    BB_FAIL("override ", key, "=", text, ": not valid JSON (", e.what(), ")");
+  }
+}
+
+template <typename Number>
+Number parse_number(const std::string& key, const std::string& text, const char* what) {
+  Number out{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  BB_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(), "override ", key, "=", text,
+           ": '", text, "' is not ", what);
+  return out;
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    out.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    if (comma == std::string::npos) return out;
+    begin = comma + 1;
+  }
+}
+
+json parse_override(const RecipeKey& k, const std::string& text) {
+  switch (k.type) {
+    case T::String:
+      return text;
+    case T::Bool:
+      if (text == "true" || text == "1") return true;
+      if (text == "false" || text == "0") return false;
+      BB_FAIL("override ", k.key, "=", text, ": expected true, false, 1 or 0");
+    case T::Int:
+      return parse_number<int64_t>(k.key, text, "an integer");
+    case T::Float:
+      return parse_number<double>(k.key, text, "a number");
+    case T::StringList:
+    case T::FloatList: {
+      if (text.starts_with("[")) return parse_json_text(k.key, text);
+      json out = json::array();
+      for (const std::string& item : split_commas(text)) {
+        if (k.type == T::StringList) {
+          out.push_back(item);
+        } else {
+          out.push_back(parse_number<double>(k.key, item, "a number"));
+        }
+      }
+      return out;
+    }
+    case T::Object:
+      return parse_json_text(k.key, text);
+  }
+  BB_FAIL("override ", k.key, ": unhandled key type");
+}
+
+// Reads typed values out of the resolved recipe (already type-checked).
+struct Reader {
+  const json& j;
+  std::string str(const std::string& key) const { return j.at(pointer_of(key)).get<std::string>(); }
+  bool flag(const std::string& key) const { return j.at(pointer_of(key)).get<bool>(); }
+  int64_t integer(const std::string& key) const { return j.at(pointer_of(key)).get<int64_t>(); }
+  double number(const std::string& key) const { return j.at(pointer_of(key)).get<double>(); }
+  const json& raw(const std::string& key) const { return j.at(pointer_of(key)); }
+};
+
+void check_choice(const std::string& key, const std::string& value, const std::vector<std::string>& choices) {
+  std::string list;
+  for (const std::string& c : choices) {
+    if (value == c) return;
+    list += (list.empty() ? "" : ", ") + c;
+  }
+  BB_FAIL("recipe key ", key, " is '", value, "'; expected one of: ", list);
+}
+
+}  // namespace
+
+const std::vector<RecipeKey>& recipe_keys() {
+  static const std::vector<RecipeKey> keys = build_keys();
+  return keys;
+}
+
+std::vector<std::string> recipe_key_names() {
+  std::vector<std::string> out;
+  for (const RecipeKey& k : recipe_keys()) out.push_back(k.key);
+  return out;
+}
+
+json default_recipe_json() {
+  json out = json::object();
+  for (const RecipeKey& k : recipe_keys()) out[pointer_of(k.key)] = k.default_value;
+  return out;
+}
+
+void merge_recipe_json(json& recipe, const json& file, const std::string& source) {
+  BB_CHECK(file.is_object(), source, ": a recipe must be a JSON object, got ", file.type_name());
+  merge_object(recipe, file, "", source);
+}
+
+void check_recipe_key(const std::string& key, const std::string& source) {
+  if (!find_key(key)) unknown_key(key, source);
+}
+
+void apply_recipe_override(json& recipe, const std::string& key, const std::string& value) {
+  const RecipeKey* k = find_key(key);
+  if (!k) unknown_key(key, "command line");
+  set_value(recipe, *k, checked_value(*k, parse_override(*k, value), "command line"));
+}
+
+Recipe recipe_from_json(const json& resolved) {
+  const Reader r{resolved};
+  Recipe out;
+  out.json = resolved;
+
+  RuntimeConfig& rc = out.runtime;
+  rc.backend = r.str("backend.backend");
+  rc.hf_path = r.str("model.hf_path");
+  BB_CHECK(!rc.hf_path.empty(),
+           "recipe key model.hf_path is empty: give the HF model directory (config.json), e.g. model.hf_path=DIR");
+  BB_CHECK(std::filesystem::exists(rc.hf_path + "/config.json"), "model.hf_path ", rc.hf_path,
+           " holds no config.json (relative paths start at the working directory ",
+           std::filesystem::current_path().string(), ")");
+  BBConfig& b = rc.backend_cfg;
+  b.model_name = r.str("model.model_name");
+  b.load_hf_weights = r.flag("model.load_hf_weights");
+  b.model_overrides = r.raw("model.overrides");
+  b.parallel.tp = int(r.integer("parallel.tp"));
+  BB_CHECK(b.parallel.tp >= 1, "recipe key parallel.tp must be >= 1, got ", b.parallel.tp);
+  b.device = r.str("backend.device");
+  b.dtype = r.str("backend.dtype");
+  b.recompute = r.str("backend.recompute");
+  check_choice("backend.recompute", b.recompute, {"none", "full"});
+
+  TrainRecipe& t = out.train;
+  t.steps = r.integer("train.steps");
+  t.micro_batch_size = r.integer("train.micro_batch_size");
+  t.num_microbatches = r.integer("train.num_microbatches");
+  t.eval_interval = r.integer("train.eval_interval");
+  t.eval_batches = r.integer("train.eval_batches");
+  t.log_interval = r.integer("train.log_interval");
+  t.seed = uint64_t(r.integer("train.seed"));
+  for (const char* key : {"train.steps", "train.micro_batch_size", "train.num_microbatches", "train.log_interval"})
+    BB_CHECK(r.integer(key) >= 1, "recipe key ", key, " must be >= 1, got ", r.integer(key));
+  for (const char* key : {"train.eval_interval", "train.eval_batches", "train.seed"})
+    BB_CHECK(r.integer(key) >= 0, "recipe key ", key, " must be >= 0, got ", r.integer(key));
+  b.seed = t.seed;
+
+  OptimizerConfig& o = b.optimizer;
+  o.optimizer = r.str("optimizer.optimizer");
+  o.lr = r.number("optimizer.lr");
+  o.min_lr = r.number("optimizer.min_lr");
+  o.clip_grad = r.number("optimizer.clip_grad");
+  o.weight_decay = r.number("optimizer.weight_decay");
+  o.lr_warmup_steps = r.integer("optimizer.lr_warmup_steps");
+  o.lr_warmup_init = r.number("optimizer.lr_warmup_init");
+  o.lr_decay_steps = r.integer("optimizer.lr_decay_steps");
+  o.lr_decay_style = r.str("optimizer.lr_decay_style");
+  o.lr_wsd_decay_style = r.str("optimizer.lr_wsd_decay_style");
+  o.lr_wsd_decay_steps = r.integer("optimizer.lr_wsd_decay_steps");
+  o.total_training_steps = r.integer("optimizer.total_training_steps");
+  if (o.total_training_steps == 0) o.total_training_steps = t.steps;
+  o.adam_beta1 = r.number("optimizer.adam_beta1");
+  o.adam_beta2 = r.number("optimizer.adam_beta2");
+  o.adam_eps = r.number("optimizer.adam_eps");
+  o.offload_fraction = r.number("optimizer.offload_fraction");
+  check_choice("optimizer.lr_decay_style", o.lr_decay_style, {"constant", "linear", "cosine", "WSD"});
+  BB_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, "recipe keys optimizer.lr = ", o.lr,
+           " and optimizer.min_lr = ", o.min_lr, " must satisfy 0 <= min_lr <= lr, lr > 0");
+  BB_CHECK(o.lr_warmup_steps >= 0 && o.lr_decay_steps >= 0,
+           "recipe keys optimizer.lr_warmup_steps and optimizer.lr_decay_steps must be >= 0");
+
+  DataRecipe& d = out.data;
+  d.kind = r.str("data.kind");
+  check_choice("data.kind", d.kind, {"pretrain", "sft"});
+  d.tokenizer = r.str("data.tokenizer");
+  if (d.tokenizer.empty()) d.tokenizer = rc.hf_path + "/tokenizer.json";
+  BB_CHECK(std::filesystem::exists(d.tokenizer), "tokenizer ", d.tokenizer,
+           " does not exist (set data.tokenizer, or put tokenizer.json into model.hf_path)");
+  d.jsonl = r.str("data.jsonl");
+  d.jsonl_key = r.str("data.jsonl_key");
+  d.sft_format = r.str("data.sft_format");
+  check_choice("data.sft_format", d.sft_format, {"paragraphs", "prompt_response"});
+  d.prefixes = r.raw("data.prefixes").get<std::vector<std::string>>();
+  d.blend = r.raw("data.blend").get<std::vector<double>>();
+  d.seq_len = r.integer("data.seq_len");
+  BB_CHECK(d.seq_len >= 2, "recipe key data.seq_len must be >= 2, got ", d.seq_len);
+  BB_CHECK(d.jsonl.empty() != d.prefixes.empty(), "give exactly one of data.jsonl and data.prefixes (got ",
+           d.jsonl.empty() ? "neither" : "both", "; clear one with data.jsonl= or data.prefixes=)");
+  BB_CHECK(d.kind == "pretrain" || !d.jsonl.empty(), "data.kind=sft builds conversations from data.jsonl; "
+           "data.prefixes hold pretraining tokens only");
+  if (!d.jsonl.empty()) BB_CHECK(std::filesystem::exists(d.jsonl), "data.jsonl ", d.jsonl, " does not exist");
+  BB_CHECK(d.blend.empty() || d.blend.size() == d.prefixes.size(), "data.blend has ", d.blend.size(),
+           " weights for ", d.prefixes.size(), " data.prefixes");
+  double blend_total = 0;
+  for (double w : d.blend) {
+    BB_CHECK(std::isfinite(w) && w >= 0, "data.blend weight ", w, " is not a finite non-negative number");
+    blend_total += w;
+  }
+  BB_CHECK(d.blend.empty() || blend_total > 0, "data.blend weights sum to zero");
+  const std::vector<double> split = r.raw("data.split").get<std::vector<double>>();
+  BB_CHECK(split.size() == 2, "data.split must be [train, valid], got ", split.size(), " numbers");
+  BB_CHECK(split[0] > 0 && split[1] >= 0 && std::isfinite(split[0] + split[1]),
+           "data.split [", split[0], ", ", split[1], "] needs train > 0 and valid >= 0");
+  d.train_fraction = split[0] / (split[0] + split[1]);
+  d.valid_fraction = split[1] / (split[0] + split[1]);
+  BB_CHECK(t.eval_batches == 0 || d.valid_fraction > 0, "train.eval_batches = ", t.eval_batches,
+           " but data.split gives validation no documents; set train.eval_batches=0 or a valid fraction");
+
+  out.output_dir = r.str("output.dir");
+  BB_CHECK(!out.output_dir.empty(), "recipe key output.dir is empty");
+  out.save_hf = r.flag("output.save_hf");
+  return out;
+}
+
+Recipe load_recipe(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::ifstream f(path);
+  BB_CHECK(f.good(), "cannot open recipe ", path);
+  json file;
+  try {
+    file = json::parse(f);
+  } catch (const json::exception& e) {
+    BB_FAIL("recipe ", path, " is not valid JSON: ", e.what());
+  }
+  json recipe = default_recipe_json();
+  merge_recipe_json(recipe, file, path);
+  for (const auto& [key, value] : overrides) apply_recipe_override(recipe, key, value);
+  return recipe_from_json(recipe);
+}
+
+}  // namespace bb::train

@@ -1,0 +1,24 @@
+// run_training: the training loop of bb-train over the runtime API, and the files it leaves in output.dir.
+//
+// Per step: zero_grad -> forward_backward -> optimizer_step -> lr_scheduler_step
+// on TrainData's batch. World rank 0 writes, into output.dir:
+//   metrics.jsonl                    one JSON object per train step and per validation
+//   events.out.tfevents.<time>.<host> TensorBoard scalars train/loss, train/grad_norm, train/lr,
+//                                    train/tokens_per_s (every step) and valid/loss
+//   loss.svg                         train and valid loss curves
+//   final_metrics.json               the run's summary (what run_training returns)
+//   recipe.json                      the resolved recipe (every key), to rerun the same thing
+//   data/                            the tokenised data.jsonl (pretrain)
+//   hf/                              the trained model as an HF directory (output.save_hf)
+// Event files, metrics and plots of an earlier run in the same directory are replaced.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "bumblebee/runtime/train/recipe.h"
+
+namespace bb::train {
+
+nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name);
+
+}  // namespace bb::train
