@@ -84,7 +84,7 @@ int run(int argc, char** argv) {
   const std::vector<std::string> keys = {
       "hf_path", "tokens", "dtype", "steps", "rows_per_step", "logits_out", "params_out", "backend", "device",
       "backend.parallel.tp", "optimizer.lr", "optimizer.adam_beta1", "optimizer.adam_beta2",
-      "optimizer.adam_eps", "optimizer.weight_decay", "optimizer.clip_grad"};
+      "optimizer.adam_eps", "optimizer.weight_decay", "optimizer.clip_grad", "optimizer.grad_bucket_size"};
   KeyValueArgs args = KeyValueArgs::parse(argc, argv, keys);
   BB_CHECK(args.has("hf_path"), "hf_path=DIR is required");
   BB_CHECK(args.has("tokens"), "tokens=FILE.json is required");
@@ -104,6 +104,7 @@ int run(int argc, char** argv) {
   o.adam_eps = args.get_double("optimizer.adam_eps", 1e-8);
   o.weight_decay = args.get_double("optimizer.weight_decay", 0.01);
   o.clip_grad = args.get_double("optimizer.clip_grad", 0.0);
+  o.grad_bucket_size = args.get_int("optimizer.grad_bucket_size", o.grad_bucket_size);
   const int64_t steps = args.get_int("steps", 0);
   BB_CHECK(steps >= 0, "steps must be >= 0, got ", steps);
 

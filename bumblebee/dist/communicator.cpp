@@ -8,6 +8,21 @@ namespace bb::dist {
 
 namespace {
 
+class CompletedCollective final : public PendingCollective {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::reduce_scatter_async(const Tensor& in, Tensor& out) {
+  reduce_scatter(in, out);
+  return std::make_unique<CompletedCollective>();
+}
+
+namespace {
+
 class SingleRankCommunicator final : public Communicator {
  public:
   explicit SingleRankCommunicator(std::string name) : name_(std::move(name)) {}

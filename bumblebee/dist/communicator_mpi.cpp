@@ -9,6 +9,9 @@
 // returns exactly the rows of all_reduce that the rank owns. Data movement
 // uses MPI datatypes of the element's width, so any dtype can be gathered or
 // broadcast; reductions accept float64, float32, int32, int64 and uint8.
+// reduce_scatter_async starts the same MPI_Ialltoall and sums in wait(), so
+// it returns the blocking form's bits; only the calling thread touches MPI
+// (MPI_THREAD_FUNNELED), and test() is what lets the transfer progress.
 #include "bumblebee/dist/communicator_mpi.h"
 
 #include <algorithm>
@@ -69,6 +72,54 @@ void accumulate(void* acc, const void* x, int64_t n, DType dt, ReduceOp op) {
   BB_FAIL("host reduction of ", dtype_name(dt), " is not supported");
 }
 
+// Reduces `ranks` consecutive blocks of n elements, block 0 first, into dst.
+void reduce_in_rank_order(const char* blocks, int ranks, int n, DType dt, ReduceOp op, void* dst) {
+  if (n == 0) return;
+  const size_t block_bytes = size_t(n) * dtype_size(dt);
+  std::memcpy(dst, blocks, block_bytes);
+  for (int j = 1; j < ranks; ++j) accumulate(dst, blocks + size_t(j) * block_bytes, n, dt, op);
+}
+
+// An MPI_Ialltoall of every rank's contribution to every slice; wait() sums this rank's slice.
+class MpiPendingReduceScatter final : public PendingCollective {
+ public:
+  MpiPendingReduceScatter(const Tensor& in, Tensor& out, int ranks, MPI_Comm comm, std::string group)
+      : out_(out), ranks_(ranks), contributions_(in.nbytes()), group_(std::move(group)) {
+    MPI_Datatype type = element_type(in.dtype());
+    const int n = int(out.numel());
+    check_mpi(MPI_Ialltoall(in.raw(), n, type, contributions_.data(), n, type, comm, &request_), "MPI_Ialltoall",
+              group_);
+  }
+
+  ~MpiPendingReduceScatter() override {
+    int finalised = 0;
+    MPI_Finalized(&finalised);
+    // MPI may still be writing into contributions_: let it finish before they are freed.
+    if (request_ != MPI_REQUEST_NULL && !finalised) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+  bool test() override {
+    int done = 0;
+    check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test", group_);
+    return done != 0;
+  }
+
+  void wait() override {
+    check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait", group_);
+    if (summed_) return;
+    reduce_in_rank_order(contributions_.data(), ranks_, int(out_.numel()), out_.dtype(), ReduceOp::Sum, out_.raw());
+    summed_ = true;
+  }
+
+ private:
+  Tensor out_;
+  int ranks_;
+  std::vector<char> contributions_;
+  std::string group_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool summed_ = false;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
@@ -114,7 +165,7 @@ class MpiCommunicator final : public Communicator {
                             recv_displs.data(), type, comm_),
               "MPI_Alltoallv", name_);
     char* own = static_cast<char*>(t.raw()) + size_t(displs[size_t(rank_)]) * width;
-    reduce_in_rank_order(contributions.data(), mine, t.dtype(), op, own);
+    reduce_in_rank_order(contributions.data(), size_, mine, t.dtype(), op, own);
     check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t.raw(), counts.data(), displs.data(), type, comm_),
               "MPI_Allgatherv", name_);
   }
@@ -148,7 +199,17 @@ class MpiCommunicator final : public Communicator {
     MPI_Datatype type = element_type(in.dtype());
     // The whole input is read before `out` is written, so out may be in's own rows.
     check_mpi(MPI_Alltoall(in.raw(), n, type, contributions.data(), n, type, comm_), "MPI_Alltoall", name_);
-    reduce_in_rank_order(contributions.data(), n, in.dtype(), ReduceOp::Sum, out.raw());
+    reduce_in_rank_order(contributions.data(), size_, n, in.dtype(), ReduceOp::Sum, out.raw());
+  }
+
+  std::unique_ptr<PendingCollective> reduce_scatter_async(const Tensor& in, Tensor& out) override {
+    const bool in_place = check_reduce_scatter_args(in, out, rank_, size_, name_);
+    BB_CHECK(!in_place, "reduce_scatter_async on group ", name_, ": out must not be in's own rows");
+    if (size_ == 1) return Communicator::reduce_scatter_async(in, out);
+    if (in.device().is_cuda()) return device_for(in).reduce_scatter_async(in, out);
+    check_count(in.numel(), "reduce_scatter_async");
+    check_host_reducible(in.dtype(), name_);
+    return std::make_unique<MpiPendingReduceScatter>(in, out, size_, comm_, name_);
   }
 
   void broadcast(Tensor& t, int root) override {
@@ -169,14 +230,6 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  // Reduces `size_` consecutive blocks of n elements, block 0 first, into dst.
-  void reduce_in_rank_order(const char* blocks, int n, DType dt, ReduceOp op, void* dst) const {
-    if (n == 0) return;
-    const size_t block_bytes = size_t(n) * dtype_size(dt);
-    std::memcpy(dst, blocks, block_bytes);
-    for (int j = 1; j < size_; ++j) accumulate(dst, blocks + size_t(j) * block_bytes, n, dt, op);
-  }
-
   void check_count(int64_t n, const char* op) const {
     BB_CHECK(n <= INT_MAX, op, " on group ", name_, ": ", n, " elements exceed MPI's int count; split the tensor");
   }

@@ -1,4 +1,11 @@
-// NCCL collectives on CUDA tensors for one group, on the backend's current stream.
+// NCCL collectives on CUDA tensors for one group, on the backend's current
+// stream; async reduce-scatters on the group's own communication stream.
+//
+// Ordering: an async collective waits (cudaStreamWaitEvent, no host sync) for
+// everything queued on the current stream when it starts, and every later
+// collective of the group, on whichever stream, waits for the last async one.
+// So the group's collectives run in issue order, as NCCL requires of one
+// communicator, while the compute stream runs on in between.
 #include <nccl.h>
 
 #include <cstdlib>
@@ -34,6 +41,43 @@ ncclDataType_t nccl_type(DType dt) {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclMax; }
 
+// True while the CUDA runtime is usable; at process exit it may already be gone.
+bool cuda_alive() {
+  int current = 0;
+  return cudaGetDevice(&current) == cudaSuccess;
+}
+
+cudaEvent_t make_event() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+// Completes by making the waiting thread's current stream wait for `done`.
+class NcclPendingCollective final : public PendingCollective {
+ public:
+  NcclPendingCollective(int device, cudaEvent_t done) : device_(device), done_(done) {}
+  ~NcclPendingCollective() override {
+    // Destroying an event that work still has to record is allowed: CUDA frees it afterwards.
+    if (cuda_alive()) cudaEventDestroy(done_);
+  }
+  bool test() override {
+    cuda::DeviceGuard guard(device_);
+    const cudaError_t status = cudaEventQuery(done_);
+    if (status == cudaErrorNotReady) return false;
+    CUDA_CHECK(status);
+    return true;
+  }
+  void wait() override {
+    cuda::DeviceGuard guard(device_);
+    CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), done_, 0));
+  }
+
+ private:
+  int device_;
+  cudaEvent_t done_;
+};
+
 class NcclCollectives final : public DeviceCollectives {
  public:
   NcclCollectives(Communicator& host_group, int device) : name_(host_group.name()), device_(device) {
@@ -59,14 +103,20 @@ class NcclCollectives final : public DeviceCollectives {
   ~NcclCollectives() override {
     // At process exit the CUDA runtime may already be gone; then the process
     // ends anyway and destroying the communicator would only fault.
-    int current = 0;
-    if (cudaGetDevice(&current) == cudaSuccess) ncclCommDestroy(comm_);
+    if (!cuda_alive()) return;
+    ncclCommDestroy(comm_);
+    if (comm_stream_) {
+      cudaEventDestroy(inputs_ready_);
+      cudaEventDestroy(async_tail_);
+      cudaStreamDestroy(comm_stream_);
+    }
   }
 
   int device() const override { return device_; }
 
   void all_reduce(Tensor& t, ReduceOp op) override {
     cuda::DeviceGuard guard(device_);
+    after_async_collectives();
     NCCL_CHECK(ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op), comm_,
                              cuda::current_stream()),
                name_);
@@ -75,6 +125,7 @@ class NcclCollectives final : public DeviceCollectives {
   // NCCL takes the in-place forms (in == out's own rows) as they are.
   void all_gather(const Tensor& in, Tensor& out) override {
     cuda::DeviceGuard guard(device_);
+    after_async_collectives();
     NCCL_CHECK(ncclAllGather(in.raw(), out.raw(), size_t(in.numel()), nccl_type(in.dtype()), comm_,
                              cuda::current_stream()),
                name_);
@@ -82,6 +133,7 @@ class NcclCollectives final : public DeviceCollectives {
 
   void reduce_scatter(const Tensor& in, Tensor& out) override {
     cuda::DeviceGuard guard(device_);
+    after_async_collectives();
     NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), nccl_type(in.dtype()), ncclSum, comm_,
                                  cuda::current_stream()),
                name_);
@@ -89,15 +141,42 @@ class NcclCollectives final : public DeviceCollectives {
 
   void broadcast(Tensor& t, int root) override {
     cuda::DeviceGuard guard(device_);
+    after_async_collectives();
     NCCL_CHECK(ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), nccl_type(t.dtype()), root, comm_,
                              cuda::current_stream()),
                name_);
   }
 
+  std::unique_ptr<PendingCollective> reduce_scatter_async(const Tensor& in, Tensor& out) override {
+    cuda::DeviceGuard guard(device_);
+    if (!comm_stream_) {
+      CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+      inputs_ready_ = make_event();
+      async_tail_ = make_event();
+    }
+    // `in` was written by work queued on the current stream so far.
+    CUDA_CHECK(cudaEventRecord(inputs_ready_, cuda::current_stream()));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, inputs_ready_, 0));
+    NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), nccl_type(in.dtype()), ncclSum, comm_,
+                                 comm_stream_),
+               name_);
+    cudaEvent_t done = make_event();
+    CUDA_CHECK(cudaEventRecord(done, comm_stream_));
+    CUDA_CHECK(cudaEventRecord(async_tail_, comm_stream_));
+    return std::make_unique<NcclPendingCollective>(device_, done);
+  }
+
  private:
+  // Queues the current stream behind the group's async collectives so far.
+  void after_async_collectives() {
+    if (comm_stream_) CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), async_tail_, 0));
+  }
+
   std::string name_;
   int device_;
   ncclComm_t comm_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;   // created by the first async collective
+  cudaEvent_t inputs_ready_ = nullptr, async_tail_ = nullptr;
 };
 
 }  // namespace

@@ -5,7 +5,10 @@
 // every CUDA tensor, so a single Communicator serves host and device tensors.
 // Collectives are enqueued on the CUDA backend's current stream of the
 // communicator's device and return without waiting, like the kernels around
-// them. Barriers and scalar agreement stay on the host group.
+// them. reduce_scatter_async runs on the group's own communication stream
+// instead, after the work queued so far on the current stream; later
+// collectives of the group queue behind it, so the group's collectives keep
+// their issue order. Barriers and scalar agreement stay on the host group.
 #pragma once
 
 #include <memory>
@@ -21,6 +24,7 @@ class DeviceCollectives {
   virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;
   virtual void reduce_scatter(const Tensor& in, Tensor& out) = 0;
+  virtual std::unique_ptr<PendingCollective> reduce_scatter_async(const Tensor& in, Tensor& out) = 0;
   virtual void broadcast(Tensor& t, int root) = 0;
 };
 

@@ -8,6 +8,7 @@
 // primitives only; it never calls a collective itself.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,8 +37,12 @@ struct BuildContext {
   Recompute recompute = Recompute::None;
   nlohmann::json impl_cfg = nlohmann::json::object();
   double temperature = 1.0;
-  int64_t dp_pad = 1;              // flat buffers padded to a multiple of this
+  int64_t dp_pad = 1;              // each gradient bucket padded to a multiple of this
+  int64_t grad_bucket_size = 0;    // elements per gradient bucket (<= 0: one bucket), see grad_bucket_layout.h
 };
+
+// Told that a parameter's gradient is final for this step.
+using GradReadyFn = std::function<void(const Parameter&)>;
 
 // Forward activations a CausalLM keeps for its backward; opaque to the runtime.
 struct ForwardState {
@@ -58,12 +63,17 @@ class CausalLM {
   // Per-token loss [T] (= -log p(label), stat dtype). When dloss [T] is
   // defined the loss gradient is folded into this pass (fused head).
   virtual Tensor forward(const DeviceMicroBatch& mb, const Tensor& dloss, std::unique_ptr<ForwardState>& state) = 0;
-  virtual void backward(const DeviceMicroBatch& mb, const Tensor& dloss, ForwardState& state) = 0;
+  // On the last microbatch of a step `on_grad_ready` is set (empty on the
+  // others): then, as soon as backward is done with a parameter, the model
+  // makes its gradient final, reducing over tp what the tp group must agree
+  // on (the gradients of tp-replicated parameters), and reports it, every
+  // parameter exactly once. The data-parallel reduction of its bucket may
+  // start right away, so the gradient must not change after the report.
+  virtual void backward(const DeviceMicroBatch& mb, const Tensor& dloss, ForwardState& state,
+                        const GradReadyFn& on_grad_ready) = 0;
   // Full-vocabulary logits [T, V] of one microbatch (no gradients; gathered
   // over tp), for validation against a reference.
   virtual Tensor logits(const DeviceMicroBatch& mb) = 0;
-  // After the last microbatch: reduce what the tp group must agree on.
-  virtual void finalize_grads() = 0;
 };
 
 class ModelProtocol {

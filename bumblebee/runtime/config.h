@@ -36,6 +36,9 @@ struct OptimizerConfig {
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
   double offload_fraction = 0.0;
+  // Elements per data-parallel gradient bucket (Megatron's default 40M):
+  // each bucket's reduce-scatter starts as soon as backward has finished it.
+  int64_t grad_bucket_size = 40000000;
 };
 
 struct BBConfig {

@@ -123,6 +123,9 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.impl_cfg = bcfg.impl_cfg;
   ctx.temperature = bcfg.temperature;
   ctx.dp_pad = parallel_->dp_size();
+  BB_CHECK(bcfg.optimizer.grad_bucket_size > 0, "optimizer.grad_bucket_size must be > 0, got ",
+           bcfg.optimizer.grad_bucket_size);
+  ctx.grad_bucket_size = bcfg.optimizer.grad_bucket_size;
   st->model = protocol->build_model(model_cfg, ctx);
   if (bcfg.load_hf_weights) {
     load_hf_weights(st->model->params(), HFCheckpoint::open(cfg_.hf_path));
@@ -155,7 +158,10 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
 std::unique_ptr<ModeGuard> Runtime::train_mode(ModelHandle& h) { return std::make_unique<ModeGuard>(h.state(), true); }
 std::unique_ptr<ModeGuard> Runtime::eval_mode(ModelHandle& h) { return std::make_unique<ModeGuard>(h.state(), false); }
 
-void Runtime::zero_grad(ModelHandle& h) { h.model().params().zero_grads(); }
+void Runtime::zero_grad(ModelHandle& h) {
+  h.optimizer().grads().invalidate();
+  h.model().params().zero_grads();
+}
 
 ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data, const LossFn& loss_fn,
                                         int num_microbatches, bool forward_only) {
@@ -177,6 +183,10 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   ForwardResult result;
   result.num_tokens = int64_t(global_tokens);
   double local_loss_sum = 0;
+  GradReducer& reducer = st.optimizer->grads();
+  if (!forward_only) reducer.invalidate();
+  // The last microbatch's backward reports finished parameters so their buckets' dp reduction overlaps the rest.
+  const GradReadyFn on_grad_ready = [&reducer](const Parameter& p) { reducer.grad_ready(p); };
   for (size_t i = 0; i < mbs.size(); ++i) {
     PreparedMicroBatch& pm = prepared[i];
     const int64_t T = pm.device.num_tokens;
@@ -218,10 +228,10 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
       result.metrics["loss"].push_back(out.loss);
       local_loss_sum += mb_loss_sum;
     }
-    if (!forward_only) model.backward(pm.device, dloss, *state);
+    if (!forward_only) model.backward(pm.device, dloss, *state, i + 1 == mbs.size() ? on_grad_ready : GradReadyFn());
     result.model_output.push_back(std::move(out));
   }
-  if (!forward_only) model.finalize_grads();
+  if (!forward_only) reducer.check_all_reported();
   if (loss_fn) {
     result.loss = parallel_->dp().all_reduce_scalar(local_loss_sum) / double(parallel_->dp_size() * mbs.size());
   } else {

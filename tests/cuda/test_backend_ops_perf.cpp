@@ -16,7 +16,7 @@
 
 #include "bumblebee/ops/cuda/attention_backends.h"
 #include "bumblebee/ops/cuda/cuda_context.h"
-#include "bumblebee/ops/cuda/cuda_memory.h"
+#include "bumblebee/core/cuda_memory.h"
 #include "bumblebee/ops/cuda/cuda_ops.h"
 #include "tests/cuda/harness.h"
 

@@ -27,16 +27,19 @@ DenseDecoder::DenseDecoder(const DenseConfig& cfg, const BuildContext& ctx)
   lc.ffn = cfg.intermediate_size;
   lc.norm_eps = cfg.rms_norm_eps;
   lc.recompute = ctx.recompute;
-  for (int64_t i = 0; i < cfg.num_layers; ++i)
+  for (int64_t i = 0; i < cfg.num_layers; ++i) {
+    layer_first_param_.push_back(store_.params().size());
     layers_.push_back(std::make_unique<DecoderLayer>(store_, "model.layers." + std::to_string(i) + ".", lc, tp_,
                                                      inv_freq_));
+  }
+  layer_first_param_.push_back(store_.params().size());
   norm_ = std::make_unique<RMSNorm>(store_, "model.norm.weight", cfg.hidden_size, cfg.rms_norm_eps);
   Parameter* head_weight = &embed_->weight();
   if (!cfg.tie_word_embeddings)
     head_weight = &store_.add("lm_head.weight", {cfg.vocab_size, cfg.hidden_size},
                               {ShardKind::Vocab, tp_.rank(), tp_.size()});
   head_ = std::make_unique<LMHead>(*head_weight, tp_, ctx.temperature);
-  store_.allocate(ctx.dtype, ctx.grad_dtype, ctx.device, ctx.dp_pad);
+  store_.allocate(ctx.dtype, ctx.grad_dtype, ctx.device, ctx.dp_pad, ctx.grad_bucket_size);
 }
 
 double DenseDecoder::train_flops(int64_t tokens, int64_t seq_len) const {
@@ -77,12 +80,29 @@ Tensor DenseDecoder::forward(const DeviceMicroBatch& mb, const Tensor& dloss, st
   return loss;
 }
 
-void DenseDecoder::backward(const DeviceMicroBatch& mb, const Tensor& dloss, ForwardState& state) {
+void DenseDecoder::backward(const DeviceMicroBatch& mb, const Tensor& dloss, ForwardState& state,
+                            const GradReadyFn& on_grad_ready) {
   State& st = static_cast<State&>(state);
   Tensor dx = norm_->backward(head_->backward(dloss, st.head), st.norm);
   st.head = LMHead::Saved{};
-  for (size_t i = layers_.size(); i-- > 0;) dx = layers_[i]->backward(dx, mb.seq, st.layers[i]);
+  // The final norm and an untied lm_head come after the layers; a tied head's
+  // weight is the embedding's, which is done only after the embedding backward.
+  grads_ready(layer_first_param_.back(), store_.params().size(), on_grad_ready);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    dx = layers_[i]->backward(dx, mb.seq, st.layers[i]);
+    grads_ready(layer_first_param_[i], layer_first_param_[i + 1], on_grad_ready);
+  }
   embed_->backward(dx, st.embed);
+  grads_ready(0, layer_first_param_.front(), on_grad_ready);
+}
+
+void DenseDecoder::grads_ready(size_t first, size_t end, const GradReadyFn& on_grad_ready) {
+  if (!on_grad_ready) return;
+  for (size_t i = first; i < end; ++i) {
+    Parameter& p = store_.params()[i];
+    if (p.replicated_over_tp()) tp_.reduce_replicated_grad(p.grad);
+    on_grad_ready(p);
+  }
 }
 
 Tensor DenseDecoder::logits(const DeviceMicroBatch& mb) {
@@ -94,11 +114,6 @@ Tensor DenseDecoder::logits(const DeviceMicroBatch& mb) {
     st.layers[i] = DecoderLayer::Saved{};
   }
   return head_->full_logits(norm_->forward(x, st.norm));
-}
-
-void DenseDecoder::finalize_grads() {
-  for (Parameter& p : store_.params())
-    if (p.replicated_over_tp()) tp_.reduce_replicated_grad(p.grad);
 }
 
 }  // namespace bb

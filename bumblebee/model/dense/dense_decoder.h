@@ -23,12 +23,14 @@ class DenseDecoder : public CausalLM {
   double train_flops(int64_t tokens, int64_t seq_len) const override;
   void init_weights(uint64_t seed) override;
   Tensor forward(const DeviceMicroBatch& mb, const Tensor& dloss, std::unique_ptr<ForwardState>& state) override;
-  void backward(const DeviceMicroBatch& mb, const Tensor& dloss, ForwardState& state) override;
+  void backward(const DeviceMicroBatch& mb, const Tensor& dloss, ForwardState& state,
+                const GradReadyFn& on_grad_ready) override;
   Tensor logits(const DeviceMicroBatch& mb) override;
-  void finalize_grads() override;
 
  private:
   struct State;
+  // Makes the gradients of parameters [first, end) final and reports them.
+  void grads_ready(size_t first, size_t end, const GradReadyFn& on_grad_ready);
   DenseConfig cfg_;
   nlohmann::json config_json_;
   BuildContext ctx_;
@@ -37,6 +39,8 @@ class DenseDecoder : public CausalLM {
   Tensor inv_freq_;
   std::unique_ptr<VocabParallelEmbedding> embed_;
   std::vector<std::unique_ptr<DecoderLayer>> layers_;
+  // Layer i owns parameters [layer_first_param_[i], layer_first_param_[i + 1]).
+  std::vector<size_t> layer_first_param_;
   std::unique_ptr<RMSNorm> norm_;
   std::unique_ptr<LMHead> head_;
 };

@@ -1,9 +1,11 @@
 // cuda::attention_forward / attention_backward: argument checks and the
 // choice of implementation.
 //
-// BB_ATTENTION_BACKEND=flash (the default: our FlashAttention-2 kernels) or
-// cudnn (cuDNN's fused attention through cudnn-frontend, in builds that found
-// it). The variable is read at every call, so one process can compare both.
+// BB_ATTENTION_BACKEND=cudnn (cuDNN's fused attention through cudnn-frontend;
+// the default in builds that found it: 527/435 TFLOP/s forward/backward on an
+// H200 against 198/121 for our kernel, benchmarks/RESULTS.md) or flash (our
+// FlashAttention-2 kernels; the default when the build has no cuDNN). The
+// variable is read at every call, so one process can compare both.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -20,7 +22,8 @@ enum class AttentionBackend { Flash, Cudnn };
 AttentionBackend selected_backend() {
   const char* env = std::getenv("BB_ATTENTION_BACKEND");
   std::string name = env ? env : "";
-  if (name.empty() || name == "flash") return AttentionBackend::Flash;
+  if (name.empty()) return cudnn_attention_built() ? AttentionBackend::Cudnn : AttentionBackend::Flash;
+  if (name == "flash") return AttentionBackend::Flash;
   if (name == "cudnn") {
     BB_CHECK(cudnn_attention_built(),
              "BB_ATTENTION_BACKEND=cudnn, but this build has no cuDNN attention (cudnn-frontend headers or "

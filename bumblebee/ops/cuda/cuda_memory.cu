@@ -6,7 +6,7 @@
 // allocates with no cudaMalloc and no synchronisation. Allocation and free are
 // ordered on the backend's current stream, which is what makes freeing a
 // tensor right after launching the last kernel that reads it safe.
-#include "bumblebee/ops/cuda/cuda_memory.h"
+#include "bumblebee/core/cuda_memory.h"
 
 #include <atomic>
 #include <cstdint>

@@ -10,7 +10,9 @@ SwiGLUMLP::SwiGLUMLP(ParamStore& store, const std::string& prefix, int64_t hidde
       tp_(&tp),
       gate_proj_(store, prefix + "gate_proj.weight", hidden, ffn, tp),
       up_proj_(store, prefix + "up_proj.weight", hidden, ffn, tp),
-      down_proj_(store, prefix + "down_proj.weight", ffn, hidden, tp) {}
+      down_proj_(store, prefix + "down_proj.weight", ffn, hidden, tp) {
+  store.keep_together(gate_proj_.weight(), up_proj_.weight());
+}
 
 Tensor SwiGLUMLP::forward(const Tensor& x, Saved& s) {
   s.x_full = tp_->enter(x);

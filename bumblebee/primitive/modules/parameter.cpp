@@ -39,18 +39,33 @@ Parameter& ParamStore::add(const std::string& name, const Shape& full_shape, Sha
       break;
     }
   }
-  p.offset = numel_;
   numel_ += shape_numel(p.local_shape);
+  p.index = params_.size();
   params_.push_back(std::move(p));
+  joined_to_next_.push_back(false);
   return params_.back();
 }
 
-void ParamStore::allocate(DType param_dtype, DType grad_dtype, Device device, int64_t pad_to) {
+void ParamStore::keep_together(const Parameter& first, const Parameter& last) {
+  BB_CHECK(!allocated(), "keep_together('", first.name, "', '", last.name, "') after the buffer was allocated");
+  const size_t a = first.index, b = last.index;
+  BB_CHECK(b < params_.size() && &params_[a] == &first && &params_[b] == &last, "keep_together: '", first.name,
+           "' .. '", last.name, "' are not parameters of this store");
+  BB_CHECK(a <= b, "keep_together: '", first.name, "' is registered after '", last.name, "'");
+  for (size_t i = a; i < b; ++i) joined_to_next_[i] = true;
+}
+
+void ParamStore::allocate(DType param_dtype, DType grad_dtype, Device device, int64_t pad_to, int64_t bucket_size) {
   BB_CHECK(!allocated(), "parameter buffer allocated twice");
-  const int64_t padded = (numel_ + pad_to - 1) / pad_to * pad_to;
-  flat_params_ = Tensor::zeros({padded}, param_dtype, device);
-  flat_grads_ = Tensor::zeros({padded}, grad_dtype, device);
-  for (Parameter& p : params_) {
+  std::vector<int64_t> numels;
+  for (const Parameter& p : params_) numels.push_back(shape_numel(p.local_shape));
+  GradBucketLayout layout = plan_grad_buckets(numels, joined_to_next_, pad_to, bucket_size);
+  buckets_ = std::move(layout.buckets);
+  flat_params_ = Tensor::zeros({layout.total}, param_dtype, device);
+  flat_grads_ = Tensor::zeros({layout.total}, grad_dtype, device);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = params_[i];
+    p.offset = layout.offsets[i];
     p.value = flat_params_.flat_slice(p.offset, p.local_shape);
     p.grad = flat_grads_.flat_slice(p.offset, p.local_shape);
   }

@@ -12,8 +12,10 @@
 
 #include <deque>
 #include <string>
+#include <vector>
 
 #include "bumblebee/core/tensor.h"
+#include "bumblebee/primitive/modules/grad_bucket_layout.h"
 
 namespace bb {
 
@@ -38,7 +40,8 @@ struct Parameter {
 
   Tensor value;  // view into ParamStore::flat_params()
   Tensor grad;   // view into ParamStore::flat_grads()
-  int64_t offset = 0;  // element offset in the flat buffers
+  int64_t offset = 0;  // element offset in the flat buffers (set by ParamStore::allocate)
+  size_t index = 0;    // position in registration order
 };
 
 struct ShardInfo {
@@ -51,9 +54,14 @@ class ParamStore {
  public:
   // Declare a parameter. Shapes are checked for divisibility by the tp size.
   Parameter& add(const std::string& name, const Shape& full_shape, ShardInfo shard, InitKind init = InitKind::Normal);
+  // Declares that consecutive parameters [first, last] are one fused GEMM
+  // operand (see fused_value), so no gradient bucket boundary falls inside.
+  void keep_together(const Parameter& first, const Parameter& last);
   // Allocate the flat buffers and bind every parameter's value/grad views.
-  // The flat length is padded to a multiple of `pad_to` (data-parallel shards).
-  void allocate(DType param_dtype, DType grad_dtype, Device device, int64_t pad_to = 1);
+  // The buffers are cut into gradient buckets of about `bucket_size` elements
+  // (<= 0: one bucket), each padded to a multiple of `pad_to` (the dp size),
+  // see grad_bucket_layout.h.
+  void allocate(DType param_dtype, DType grad_dtype, Device device, int64_t pad_to = 1, int64_t bucket_size = 0);
 
   bool allocated() const { return flat_params_.defined(); }
   std::deque<Parameter>& params() { return params_; }
@@ -63,6 +71,8 @@ class ParamStore {
   Tensor& flat_params() { return flat_params_; }
   Tensor& flat_grads() { return flat_grads_; }
   int64_t numel() const { return numel_; }   // before padding
+  // In the order backward completes them (reverse registration order).
+  const std::vector<GradBucket>& grad_buckets() const { return buckets_; }
 
   // A view of consecutive parameters [first, last] as one [sum rows, cols]
   // matrix (for fused GEMMs); checks that they are adjacent with equal columns.
@@ -73,6 +83,8 @@ class ParamStore {
  private:
   Tensor fused(const Tensor& flat, const Parameter& first, const Parameter& last) const;
   std::deque<Parameter> params_;
+  std::vector<bool> joined_to_next_;   // per parameter: must stay adjacent to the next one
+  std::vector<GradBucket> buckets_;
   Tensor flat_params_, flat_grads_;
   int64_t numel_ = 0;
 };

@@ -1,20 +1,24 @@
 // DistributedOptimizer: AdamW over the flat parameter buffer, sharded over
 // the data-parallel group (ZeRO-1).
 //
-// Each dp rank owns one contiguous slice of the flat buffer: its fp32 master
-// weights (or the parameters themselves when they already are the master
-// dtype and dp = 1) and Adam moments. A step reduce-scatters the summed
-// gradients, takes the global gradient norm over every rank (each tp-
-// replicated parameter counted once), clips, skips the update when the norm
-// is not finite, updates the local slice, and all-gathers the parameters.
+// Each dp rank owns the same slice index of every gradient bucket (see
+// grad_reducer.h): its fp32 master weights (or the parameters themselves when
+// they already are the master dtype and dp = 1) and Adam moments cover those
+// slices, concatenated in buffer order. A step waits for the bucketed
+// reduce-scatter of the summed gradients, takes the global gradient norm over
+// every rank (each tp-replicated parameter counted once), clips, skips the
+// update when the norm is not finite, updates the local slices, and
+// all-gathers the parameters bucket by bucket.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "bumblebee/dist/parallel_state.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/modules/parameter.h"
+#include "bumblebee/primitive/optim/grad_reducer.h"
 
 namespace bb {
 
@@ -26,7 +30,7 @@ struct AdamWConfig {
 struct OptimizerStepResult {
   bool update_successful = false;
   double grad_norm = 0.0;
-  int64_t num_zeros_in_grad = 0;
+  int64_t num_zeros_in_grad = 0;   // zero gradient entries of the parameters (bucket padding excluded)
 };
 
 class DistributedOptimizer {
@@ -34,25 +38,28 @@ class DistributedOptimizer {
   DistributedOptimizer(ParamStore& store, dist::ParallelState& parallel, const AdamWConfig& cfg);
   OptimizerStepResult step(double lr);
   int64_t steps_taken() const { return step_; }
-  // State for checkpoints: this rank's slice.
+  // The bucketed gradient reduction the runtime drives during backward.
+  GradReducer& grads() { return reducer_; }
+  // State for checkpoints: this rank's bucket slices, in buffer order.
   Tensor& master() { return master_; }
   Tensor& exp_avg() { return exp_avg_; }
   Tensor& exp_avg_sq() { return exp_avg_sq_; }
   void set_steps_taken(int64_t s) { step_ = s; }
-  // Refresh the master slice from the parameters (after loading weights).
+  // Refresh the master slices from the parameters (after loading weights).
   void reload_master_from_params();
 
  private:
-  Tensor shard_of(Tensor& flat) const { return flat.narrow(shard_begin_, shard_len_); }
   double grad_norm_squared(const Tensor& shard_grad);
+  void all_gather_params();
   ParamStore* store_;
   dist::ParallelState* parallel_;
   AdamWConfig cfg_;
-  int64_t shard_begin_ = 0, shard_len_ = 0;
+  GradReducer reducer_;
   bool master_is_param_ = false;
   Tensor master_, exp_avg_, exp_avg_sq_;
-  // [begin, end) ranges of tp-replicated parameters inside this rank's slice.
+  // [begin, end) ranges of tp-replicated parameters inside this rank's shard.
   std::vector<std::pair<int64_t, int64_t>> replicated_ranges_;
+  int64_t padding_in_shard_ = 0;   // shard elements that belong to no parameter
   int64_t step_ = 0;
 };
 

@@ -1,9 +1,10 @@
 // CUDA device memory for core/: the stream-ordered pool, copies, casts.
+// Declared here so core/ needs nothing from ops/; defined by the CUDA backend
+// (ops/cuda/cuda_memory.cu), which is only compiled in CUDA builds.
 //
-// Plain C++ declarations; the definitions live in cuda_memory.cu. Every
-// allocation comes from a cudaMallocAsync pool on the current stream, so a
-// training step does no cudaMalloc after the first one; an out-of-memory
-// error names the request and the bytes in use.
+// Every allocation comes from a cudaMallocAsync pool on the current stream,
+// so a training step does no cudaMalloc after the first one; an
+// out-of-memory error names the request and the bytes in use.
 #pragma once
 
 #include <cstddef>
