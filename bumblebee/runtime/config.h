@@ -53,7 +53,7 @@ struct BBConfig {
   nlohmann::json model_overrides = nlohmann::json::object();  // e.g. {"num_layers": 2}
   std::string device = "cpu";          // cpu | cuda | cuda:N (under MPI: cuda:local_rank)
   std::string dtype = "auto";          // auto (cpu: float32, cuda: bfloat16) | float64 | float32 | bfloat16
-  std::string recompute = "none";      // none | full
+  std::string recompute = "none";      // none | selective (core attention) | full (whole layer)
   uint64_t seed = 1234;
   double temperature = 1.0;
 };

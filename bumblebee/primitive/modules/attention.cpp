@@ -52,12 +52,19 @@ Tensor SelfAttention::forward(const Tensor& x, const SequenceLayout& seq, Saved&
   s.out = Tensor::empty({T, heads_local_, D}, x.dtype(), x.device());
   s.lse = Tensor::empty({T, heads_local_}, stat_dtype(x.dtype()), x.device());
   ops::attention_forward(s.q, s.k, s.v, seq.cu_seqlens, seq.max_seqlen, 1.0 / std::sqrt(double(D)), s.out, s.lse);
-  return o_proj_.forward(s.out.view({T, heads_local_ * D}));
+  Tensor y = o_proj_.forward(s.out.view({T, heads_local_ * D}));
+  if (cfg_.recompute_core_attention) s.out = s.lse = Tensor();
+  return y;
 }
 
-Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, const Saved& s) {
+Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, Saved& s) {
   const int64_t D = cfg_.head_dim;
   const int64_t T = s.x_full.size(0);
+  if (!s.out.defined()) {   // selective recompute
+    s.out = Tensor::empty({T, heads_local_, D}, dy.dtype(), dy.device());
+    s.lse = Tensor::empty({T, heads_local_}, stat_dtype(dy.dtype()), dy.device());
+    ops::attention_forward(s.q, s.k, s.v, seq.cu_seqlens, seq.max_seqlen, 1.0 / std::sqrt(double(D)), s.out, s.lse);
+  }
   Tensor d_out = o_proj_.backward(dy, s.out.view({T, heads_local_ * D})).view({T, heads_local_, D});
   Tensor dq = Tensor::empty(s.q.shape(), dy.dtype(), dy.device());
   Tensor dk = Tensor::empty(s.k.shape(), dy.dtype(), dy.device());

@@ -19,6 +19,9 @@ struct AttentionConfig {
   int64_t hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   bool qk_norm = false;
   double norm_eps = 1e-6;
+  // Selective recompute: keep q, k, v but not the core attention output and
+  // its log-sum-exp; backward re-runs the attention kernel to get them.
+  bool recompute_core_attention = false;
 };
 
 // Per-microbatch inputs shared by every layer: positions and sequence layout.
@@ -37,7 +40,7 @@ class SelfAttention {
   SelfAttention(ParamStore& store, const std::string& prefix, const AttentionConfig& cfg, TensorParallel& tp,
                 const Tensor& inv_freq);
   Tensor forward(const Tensor& x, const SequenceLayout& seq, Saved& s);
-  Tensor backward(const Tensor& dy, const SequenceLayout& seq, const Saved& s);
+  Tensor backward(const Tensor& dy, const SequenceLayout& seq, Saved& s);
 
  private:
   AttentionConfig cfg_;

@@ -7,8 +7,9 @@ namespace bb {
 
 Recompute recompute_from_name(const std::string& name) {
   if (name == "none" || name.empty()) return Recompute::None;
+  if (name == "selective") return Recompute::Selective;
   if (name == "full") return Recompute::Full;
-  BB_FAIL("unknown recompute mode '", name, "' (expected none or full)");
+  BB_FAIL("unknown recompute mode '", name, "' (expected none, selective or full)");
 }
 
 DecoderLayer::DecoderLayer(ParamStore& store, const std::string& prefix, const DecoderLayerConfig& cfg,

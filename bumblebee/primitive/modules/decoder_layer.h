@@ -1,7 +1,8 @@
 // Pre-norm transformer decoder layer (Llama / Qwen3 dense):
 //   h = x + attn(norm1(x));  out = h + mlp(norm2(h))
 // With recompute=Full the layer keeps only its input and re-runs its forward
-// during backward, trading one extra forward for the activation memory.
+// during backward, trading one extra forward for the activation memory;
+// recompute=Selective re-runs only the core attention kernel.
 #pragma once
 
 #include <memory>
@@ -12,8 +13,8 @@
 
 namespace bb {
 
-enum class Recompute { None, Full };
-Recompute recompute_from_name(const std::string& name);   // "none" | "full"
+enum class Recompute { None, Selective, Full };
+Recompute recompute_from_name(const std::string& name);   // "none" | "selective" | "full"
 
 struct DecoderLayerConfig {
   AttentionConfig attention;
