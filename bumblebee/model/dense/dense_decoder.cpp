@@ -27,6 +27,7 @@ DenseDecoder::DenseDecoder(const DenseConfig& cfg, const BuildContext& ctx)
   lc.ffn = cfg.intermediate_size;
   lc.norm_eps = cfg.rms_norm_eps;
   lc.recompute = ctx.recompute;
+  lc.attention.recompute_core_attention = ctx.recompute == Recompute::Selective;
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     layer_first_param_.push_back(store_.params().size());
     layers_.push_back(std::make_unique<DecoderLayer>(store_, "model.layers." + std::to_string(i) + ".", lc, tp_,
