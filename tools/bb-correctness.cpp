@@ -12,6 +12,8 @@
 // ranks and rank 0 prints. With rows_per_step=R, step s trains on rows
 // [R*(s mod B/R), +R) instead of the whole file, and grad_norms lists the
 // optimizer's gradient norm at every step (the bf16 parity run uses this).
+// resume_from=DIR loads a training checkpoint first (steps continue from it);
+// checkpoint_out=DIR saves one after the last step.
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -82,7 +84,7 @@ nlohmann::json per_param_grad_norms(Runtime& rt, ModelHandle& h, double& total_s
 
 int run(int argc, char** argv) {
   const std::vector<std::string> keys = {
-      "hf_path", "tokens", "dtype", "steps", "rows_per_step", "logits_out", "params_out", "backend", "device",
+      "hf_path", "tokens", "dtype", "steps", "rows_per_step", "resume_from", "checkpoint_out", "logits_out", "params_out", "backend", "device",
       "backend.parallel.tp", "optimizer.lr", "optimizer.adam_beta1", "optimizer.adam_beta2",
       "optimizer.adam_eps", "optimizer.weight_decay", "optimizer.clip_grad", "optimizer.grad_bucket_size"};
   KeyValueArgs args = KeyValueArgs::parse(argc, argv, keys);
@@ -121,6 +123,7 @@ int run(int argc, char** argv) {
     return pack(seqs, base + r * rows / dp, (r + 1) * rows / dp - r * rows / dp);
   };
   const bool root = rt->parallel_state().world_rank() == 0;
+  const int64_t first_step = args.has("resume_from") ? rt->load_checkpoint(h, args.get("resume_from", "")) : 0;
 
   nlohmann::json out;
   if (args.has("logits_out")) {
@@ -139,7 +142,7 @@ int run(int argc, char** argv) {
   nlohmann::json losses = nlohmann::json::array(), grad_norms = nlohmann::json::array();
   for (int64_t step = 0; step <= std::max<int64_t>(steps, 0); ++step) {
     rt->zero_grad(h);
-    ForwardResult res = rt->forward_backward(h, batch_of(step));
+    ForwardResult res = rt->forward_backward(h, batch_of(first_step + step));
     if (step == 0) {
       double total_sq = 0;
       out["loss"] = res.loss;
@@ -155,6 +158,7 @@ int run(int argc, char** argv) {
   }
   out["losses"] = losses;
   out["grad_norms"] = grad_norms;
+  if (args.has("checkpoint_out")) rt->save_checkpoint(h, args.get("checkpoint_out", ""));
   if (args.has("params_out")) rt->save_hf_checkpoint(h, args.get("params_out", ""));
   if (root) std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return 0;

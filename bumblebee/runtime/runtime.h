@@ -84,6 +84,13 @@ class Runtime {
   void export_weights(ModelHandle& h, const std::function<void(const std::string&, const Tensor&)>& sink);
   // Writes the model as an HF checkpoint directory (config.json + safetensors) from rank 0.
   void save_hf_checkpoint(ModelHandle& h, const std::string& dir);
+  // Training checkpoint (collective, every rank): the model as an HF directory,
+  // each rank's optimizer slice, and the step counters, written under a
+  // temporary name and swapped in so an earlier checkpoint at `dir` survives
+  // any failure. load_checkpoint restores all of it and returns the number of
+  // optimizer steps taken; the parallel layout must be the one that saved it.
+  void save_checkpoint(ModelHandle& h, const std::string& dir);
+  int64_t load_checkpoint(ModelHandle& h, const std::string& dir);
 
  private:
   RuntimeConfig cfg_;

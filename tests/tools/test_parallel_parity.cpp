@@ -3,9 +3,7 @@
 // fixture's numbers, for tp in {1,2,4} x dp in {1,2,4} up to 8 ranks.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -14,6 +12,7 @@
 #include "bumblebee/core/rng.h"
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 #include "tests/model/hf_fixture.h"
+#include "tests/tools/tool_runner.h"
 
 #ifdef BB_WITH_MPI
 namespace bb {
@@ -25,22 +24,14 @@ const std::string kFixture = "qwen3_tp";
 
 nlohmann::json run_correctness(int ranks, int tp, const std::string& tokens, const std::string& params_out) {
   const std::string dir = test::fixture_dir(kFixture);
-  std::string cmd = std::string(BB_BINARY_DIR) + "/bin/bb-correctness hf_path=" + dir + " tokens=" + tokens +
+  std::string cmd = test::tool("bb-correctness") + " hf_path=" + dir + " tokens=" + tokens +
                     " steps=3 optimizer.lr=0.01 optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95"
                     " optimizer.weight_decay=0.1 backend.parallel.tp=" + std::to_string(tp) +
                     " params_out=" + params_out;
-  if (ranks > 1)
-    cmd = "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " + cmd;
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  EXPECT_EQ(pclose(p), 0) << cmd << "\n" << out;
-  // The JSON object is the line that starts with '{'; MPI may print around it.
-  size_t start = out.rfind("\n{");
-  start = start == std::string::npos ? 0 : start + 1;
-  const size_t end = out.find('\n', start);
-  return nlohmann::json::parse(out.substr(start, end == std::string::npos ? std::string::npos : end - start));
+  if (ranks > 1) cmd = test::mpirun(ranks) + cmd;
+  const test::ToolResult r = test::run_command(cmd);
+  EXPECT_EQ(r.code, 0) << cmd << "\n" << r.out;
+  return test::last_json_line(r.out);
 }
 
 double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }

@@ -1,0 +1,107 @@
+// Runtime::save_checkpoint / load_checkpoint: resumable training state.
+//
+// Layout of a checkpoint directory:
+//   model/                        the model as an HF checkpoint (config.json + safetensors), from rank 0
+//   optimizer/rank-R-of-W.safetensors   master weights and Adam moments of rank R's slice
+//   trainer_state.json            steps, scheduler steps and the parallel layout that wrote it
+// Every rank writes into DIR.tmp; after a barrier rank 0 moves an existing DIR
+// aside, renames DIR.tmp to DIR and only then deletes the old one.
+#include <filesystem>
+#include <fstream>
+
+#include "bumblebee/primitive/ckpt/hf_checkpoint.h"
+#include "bumblebee/primitive/ckpt/hf_weights.h"
+#include "bumblebee/primitive/ckpt/safetensors.h"
+#include "bumblebee/runtime/model_state.h"
+#include "bumblebee/runtime/runtime.h"
+
+namespace bb {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+std::string optimizer_file(const std::string& dir, int rank, int world) {
+  return dir + "/optimizer/rank-" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
+}
+
+nlohmann::json layout_of(dist::ParallelState& ps) {
+  return {{"world_size", ps.world_size()}, {"tp", ps.tp_size()}, {"dp", ps.dp_size()}, {"pp", ps.pp_size()},
+          {"cp", ps.cp_size()}};
+}
+
+}  // namespace
+
+void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
+  ModelState& st = h.state();
+  dist::ParallelState& ps = *parallel_;
+  const bool root = ps.world_rank() == 0;
+  const std::string tmp = dir + ".tmp";
+  if (root) {
+    fs::remove_all(tmp);
+    fs::create_directories(tmp + "/optimizer");
+  }
+  ps.world().barrier();
+  save_hf_checkpoint(h, tmp + "/model");
+  DistributedOptimizer& opt = *st.optimizer;
+  write_safetensors(optimizer_file(tmp, ps.world_rank(), ps.world_size()),
+                    {{"master", opt.master()}, {"exp_avg", opt.exp_avg()}, {"exp_avg_sq", opt.exp_avg_sq()}},
+                    {{"steps_taken", std::to_string(opt.steps_taken())}});
+  ps.world().barrier();
+  if (root) {
+    nlohmann::json state = {{"format_version", kFormatVersion},
+                            {"steps_taken", opt.steps_taken()},
+                            {"scheduler_steps", st.scheduler_steps},
+                            {"layout", layout_of(ps)},
+                            {"model_config", st.model->config()}};
+    std::ofstream(tmp + "/trainer_state.json") << state.dump(2) << "\n";
+    const std::string old = dir + ".old";
+    fs::remove_all(old);
+    if (fs::exists(dir)) fs::rename(dir, old);
+    fs::rename(tmp, dir);
+    fs::remove_all(old);
+  }
+  ps.world().barrier();
+}
+
+int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
+  ModelState& st = h.state();
+  dist::ParallelState& ps = *parallel_;
+  const std::string state_path = dir + "/trainer_state.json";
+  BB_CHECK(fs::exists(state_path), "no training checkpoint at ", dir, " (", state_path, " is missing)");
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(std::ifstream(state_path));
+  } catch (const nlohmann::json::exception& e) {
+    BB_FAIL(state_path, " is not valid JSON: ", e.what());
+  }
+  BB_CHECK(state.value("format_version", 0) == kFormatVersion, state_path, ": unsupported checkpoint format version ",
+           state.value("format_version", 0));
+  const nlohmann::json saved = state.at("layout"), now = layout_of(ps);
+  for (const auto& [k, v] : now.items())
+    BB_CHECK(saved.at(k) == v, "checkpoint ", dir, " was written with ", k, "=", saved.at(k).dump(),
+             ", this run has ", k, "=", v.dump(), " (resharding on load is not supported yet)");
+  BB_CHECK(state.at("model_config") == st.model->config(), "checkpoint ", dir,
+           " holds a model with another config than the one built (compare trainer_state.json's model_config)");
+
+  load_hf_weights(st.model->params(), HFCheckpoint::open(dir + "/model"));
+  DistributedOptimizer& opt = *st.optimizer;
+  const SafetensorsFile f = SafetensorsFile::open(optimizer_file(dir, ps.world_rank(), ps.world_size()));
+  for (auto [name, dst] : {std::pair<const char*, Tensor*>{"master", &opt.master()}, {"exp_avg", &opt.exp_avg()},
+                           {"exp_avg_sq", &opt.exp_avg_sq()}}) {
+    BB_CHECK(f.has(name), "optimizer state of rank ", ps.world_rank(), " in ", dir, " lacks '", name, "'");
+    const Tensor t = f.get(name);
+    BB_CHECK(t.shape() == dst->shape() && t.dtype() == dst->dtype(), "optimizer state '", name, "' in ", dir,
+             " is ", dtype_name(t.dtype()), shape_str(t.shape()), ", this run expects ", dtype_name(dst->dtype()),
+             shape_str(dst->shape()));
+    dst->copy_from(t);
+  }
+  opt.set_steps_taken(state.at("steps_taken").get<int64_t>());
+  st.scheduler_steps = state.at("scheduler_steps").get<int64_t>();
+  ps.world().barrier();
+  return opt.steps_taken();
+}
+
+}  // namespace bb

@@ -1,0 +1,44 @@
+// Running the built command-line tools from tests: output, exit code, and the
+// JSON object a tool prints on its own line.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace bb::test {
+
+struct ToolResult {
+  int code = -1;
+  std::string out;   // stdout and stderr together
+};
+
+inline ToolResult run_command(const std::string& cmd) {
+  ToolResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The last line that starts with '{' (MPI may print around it).
+inline nlohmann::json last_json_line(const std::string& out) {
+  size_t start = out.rfind("\n{");
+  start = start == std::string::npos ? 0 : start + 1;
+  const size_t end = out.find('\n', start);
+  return nlohmann::json::parse(out.substr(start, end == std::string::npos ? std::string::npos : end - start));
+}
+
+inline std::string tool(const std::string& name) { return std::string(BB_BINARY_DIR) + "/bin/" + name; }
+
+inline std::string mpirun(int ranks) {
+  return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
+}
+
+}  // namespace bb::test
