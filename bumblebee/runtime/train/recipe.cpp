@@ -44,6 +44,7 @@ std::vector<RecipeKey> build_keys() {
       {"train.eval_batches", T::Int, 4, "global batches of held-out data per validation (0: no validation)"},
       {"train.log_interval", T::Int, 1, "print a step line every N steps"},
       {"train.seed", T::Int, 1234, "seed of the random init and of the data shuffles"},
+      {"train.resume", T::Bool, false, "continue from the training checkpoint OUT/checkpoint when it exists"},
       {"optimizer.optimizer", T::String, o.optimizer, "adam (AdamW with decoupled weight decay)"},
       {"optimizer.lr", T::Float, o.lr, "peak learning rate"},
       {"optimizer.min_lr", T::Float, o.min_lr, "learning rate at the end of the decay"},
@@ -65,9 +66,11 @@ std::vector<RecipeKey> build_keys() {
       {"backend.backend", T::String, "bb", "bb (optimised, parallel) or ref (single-device baseline)"},
       {"backend.device", T::String, "cpu", "cpu | cuda | cuda:N"},
       {"backend.dtype", T::String, "auto", "auto (cpu: float32, cuda: bfloat16) | float64 | float32 | bfloat16"},
-      {"backend.recompute", T::String, "none", "activation recompute: none | full"},
+      {"backend.recompute", T::String, "none", "activation recompute: none | selective | full"},
       {"output.dir", T::String, "runs/train", "run directory: logs, event files, loss.svg, checkpoint"},
       {"output.save_hf", T::Bool, false, "write the trained model as an HF directory OUT/hf at the end"},
+      {"output.save_interval", T::Int, 0,
+       "write a training checkpoint (model, optimizer, steps) to OUT/checkpoint every N steps and at the end (0: none)"},
   };
 }
 
@@ -337,7 +340,7 @@ Recipe recipe_from_json(const json& resolved) {
   b.device = r.str("backend.device");
   b.dtype = r.str("backend.dtype");
   b.recompute = r.str("backend.recompute");
-  check_choice("backend.recompute", b.recompute, {"none", "full"});
+  check_choice("backend.recompute", b.recompute, {"none", "selective", "full"});
 
   TrainRecipe& t = out.train;
   t.steps = r.integer("train.steps");
@@ -347,6 +350,7 @@ Recipe recipe_from_json(const json& resolved) {
   t.eval_batches = r.integer("train.eval_batches");
   t.log_interval = r.integer("train.log_interval");
   t.seed = uint64_t(r.integer("train.seed"));
+  t.resume = r.flag("train.resume");
   for (const char* key : {"train.steps", "train.micro_batch_size", "train.num_microbatches", "train.log_interval"})
     BB_CHECK(r.integer(key) >= 1, "recipe key ", key, " must be >= 1, got ", r.integer(key));
   for (const char* key : {"train.eval_interval", "train.eval_batches", "train.seed"})
@@ -417,6 +421,8 @@ Recipe recipe_from_json(const json& resolved) {
   out.output_dir = r.str("output.dir");
   BB_CHECK(!out.output_dir.empty(), "recipe key output.dir is empty");
   out.save_hf = r.flag("output.save_hf");
+  out.save_interval = r.integer("output.save_interval");
+  BB_CHECK(out.save_interval >= 0, "recipe key output.save_interval must be >= 0, got ", out.save_interval);
   return out;
 }
 

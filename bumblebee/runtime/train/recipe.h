@@ -3,11 +3,11 @@
 //   {"model":     {"hf_path", "model_name", "load_hf_weights", "overrides"},
 //    "data":      {"kind": "pretrain"|"sft", "tokenizer", "jsonl" | "prefixes" + "blend", "seq_len", "split"},
 //    "train":     {"steps", "micro_batch_size", "num_microbatches", "eval_interval", "eval_batches",
-//                  "log_interval", "seed"},
+//                  "log_interval", "seed", "resume"},
 //    "optimizer": {the fields of bb::OptimizerConfig},
 //    "parallel":  {"tp"},
 //    "backend":   {"backend", "device", "dtype", "recompute"},
-//    "output":    {"dir", "save_hf"}}
+//    "output":    {"dir", "save_hf", "save_interval"}}
 //
 // Every key has a default (recipe_keys() lists them with their types and
 // meaning); a file gives only what it changes, and dotted command-line
@@ -59,6 +59,7 @@ struct TrainRecipe {
   int64_t eval_batches = 0;       // 0: no validation
   int64_t log_interval = 0;       // stdout every N steps (metrics.jsonl and TensorBoard get every step)
   uint64_t seed = 0;
+  bool resume = false;            // continue from OUT/checkpoint when it exists
 };
 
 struct Recipe {
@@ -68,6 +69,7 @@ struct Recipe {
   TrainRecipe train;
   std::string output_dir;
   bool save_hf = false;
+  int64_t save_interval = 0;      // training checkpoint to OUT/checkpoint every N steps and at the end (0: none)
 };
 
 // The defaults of every key, as a nested JSON object.

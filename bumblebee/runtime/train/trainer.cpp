@@ -104,6 +104,12 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
     log(line);
   }
   const auto data = make_train_data(recipe, out_dir, h.model().vocab_size(), {h.dp_rank(), h.dp_size()}, log);
+  const std::string checkpoint_dir = out_dir + "/checkpoint";
+  int64_t first_step = 1;
+  if (tr.resume && fs::exists(checkpoint_dir + "/trainer_state.json")) {
+    first_step = rt->load_checkpoint(h, checkpoint_dir) + 1;
+    log("resumed from " + checkpoint_dir + " after step " + std::to_string(first_step - 1));
+  }
 
   std::optional<JsonlLogger> metrics;
   std::optional<TensorBoardWriter> events;
@@ -116,7 +122,7 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
   int64_t skipped_updates = 0;
   const auto t_train = Clock::now();
   auto train_mode = rt->train_mode(h);
-  for (int64_t step = 1; step <= tr.steps; ++step) {
+  for (int64_t step = first_step; step <= tr.steps; ++step) {
     const PackedBatch batch = data->train_batch(step - 1);
     const auto t0 = Clock::now();
     const double lr = rt->current_lr(h);
@@ -129,7 +135,7 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
     const double tokens = h.dp_group().all_reduce_scalar(double(batch.total_tokens()));
     tokens_total += tokens;
     const double tokens_per_s = tokens / step_seconds, elapsed = seconds_since(t_start);
-    if (step == 1) first_loss = r.loss;
+    if (step == first_step) first_loss = r.loss;
     last_loss = r.loss;
     if (!s.update_successful) ++skipped_updates;
     train_curve.points.emplace_back(double(step), r.loss);
@@ -161,6 +167,10 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
                     last_valid, std::exp(last_valid), valid_seconds);
         std::fflush(stdout);
       }
+    }
+    if (recipe.save_interval > 0 && (step % recipe.save_interval == 0 || step == tr.steps)) {
+      rt->save_checkpoint(h, checkpoint_dir);
+      if (root) log("saved a training checkpoint after step " + std::to_string(step) + " to " + checkpoint_dir);
     }
   }
   const double loop_seconds = seconds_since(t_train);
