@@ -27,9 +27,10 @@ std::string optimizer_file(const std::string& dir, int rank, int world) {
   return dir + "/optimizer/rank-" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
 }
 
-nlohmann::json layout_of(dist::ParallelState& ps) {
+// What decides which slice of the optimizer state each rank holds.
+nlohmann::json layout_of(dist::ParallelState& ps, const ModelState& st) {
   return {{"world_size", ps.world_size()}, {"tp", ps.tp_size()}, {"dp", ps.dp_size()}, {"pp", ps.pp_size()},
-          {"cp", ps.cp_size()}};
+          {"cp", ps.cp_size()}, {"grad_bucket_size", st.cfg.optimizer.grad_bucket_size}};
 }
 
 }  // namespace
@@ -54,7 +55,7 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
     nlohmann::json state = {{"format_version", kFormatVersion},
                             {"steps_taken", opt.steps_taken()},
                             {"scheduler_steps", st.scheduler_steps},
-                            {"layout", layout_of(ps)},
+                            {"layout", layout_of(ps, st)},
                             {"model_config", st.model->config()}};
     std::ofstream(tmp + "/trainer_state.json") << state.dump(2) << "\n";
     const std::string old = dir + ".old";
@@ -79,7 +80,7 @@ int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
   }
   BB_CHECK(state.value("format_version", 0) == kFormatVersion, state_path, ": unsupported checkpoint format version ",
            state.value("format_version", 0));
-  const nlohmann::json saved = state.at("layout"), now = layout_of(ps);
+  const nlohmann::json saved = state.at("layout"), now = layout_of(ps, st);
   for (const auto& [k, v] : now.items())
     BB_CHECK(saved.at(k) == v, "checkpoint ", dir, " was written with ", k, "=", saved.at(k).dump(),
              ", this run has ", k, "=", v.dump(), " (resharding on load is not supported yet)");

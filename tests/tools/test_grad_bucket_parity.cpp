@@ -3,9 +3,7 @@
 // under mpirun for dp 2, dp 4, tp 2 x dp 2, and dp 5 (buckets padded to dp).
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -14,6 +12,7 @@
 #include "bumblebee/core/rng.h"
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 #include "tests/model/hf_fixture.h"
+#include "tests/tools/tool_runner.h"
 
 #ifdef BB_WITH_MPI
 namespace bb {
@@ -23,21 +22,14 @@ namespace fs = std::filesystem;
 
 nlohmann::json run_correctness(int ranks, int tp, int64_t bucket_size, const std::string& tokens,
                                const std::string& params_out) {
-  const std::string cmd = "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
-                          std::string(BB_BINARY_DIR) + "/bin/bb-correctness hf_path=" + test::fixture_dir("qwen3_tp") +
-                          " tokens=" + tokens +
+  const std::string cmd = test::mpirun(ranks) + test::tool("bb-correctness") + " hf_path=" +
+                          test::fixture_dir("qwen3_tp") + " tokens=" + tokens +
                           " steps=3 optimizer.lr=0.01 optimizer.adam_beta2=0.95 optimizer.weight_decay=0.1"
                           " optimizer.clip_grad=1.0 backend.parallel.tp=" + std::to_string(tp) +
                           " optimizer.grad_bucket_size=" + std::to_string(bucket_size) + " params_out=" + params_out;
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  EXPECT_EQ(pclose(p), 0) << cmd << "\n" << out;
-  size_t start = out.rfind("\n{");
-  start = start == std::string::npos ? 0 : start + 1;
-  const size_t end = out.find('\n', start);
-  return nlohmann::json::parse(out.substr(start, end == std::string::npos ? std::string::npos : end - start));
+  const test::ToolResult r = test::run_command(cmd);
+  EXPECT_EQ(r.code, 0) << cmd << "\n" << r.out;
+  return test::last_json_line(r.out);
 }
 
 double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
