@@ -61,11 +61,4 @@ std::shared_ptr<ModelProtocol> resolve_model(const std::string& name, const std:
   BB_FAIL("model '", entry->name, "' has no impl '", impl, "' (impls: ", impls, ")");
 }
 
-std::vector<std::string> registered_models() {
-  ensure_builtins();
-  std::vector<std::string> out;
-  for (const auto& [k, e] : entries()) out.push_back(k);
-  return out;
-}
-
 }  // namespace bb

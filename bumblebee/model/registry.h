@@ -22,6 +22,5 @@ void register_model(const std::string& name, const std::vector<std::string>& hf_
 // name "auto" resolves through hf_model_type. Errors name what was asked and what exists.
 std::shared_ptr<ModelProtocol> resolve_model(const std::string& name, const std::string& impl,
                                              const std::string& hf_model_type);
-std::vector<std::string> registered_models();
 
 }  // namespace bb
