@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "bumblebee/core/edit_distance.h"
+
 namespace bb {
 
 class KeyValueArgs {
@@ -37,8 +39,5 @@ class KeyValueArgs {
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
 };
-
-// Levenshtein distance (insertions, deletions, substitutions), used to suggest a key.
-size_t edit_distance(const std::string& a, const std::string& b);
 
 }  // namespace bb

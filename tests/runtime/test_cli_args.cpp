@@ -99,13 +99,5 @@ TEST(KeyValueArgs, ReadingAnUndeclaredKeyIsAnError) {
   expect_error([&] { a.get("bench.seq_len", ""); }, {"bench.seq_len", "did not declare"});
 }
 
-TEST(KeyValueArgs, EditDistance) {
-  EXPECT_EQ(edit_distance("", ""), 0u);
-  EXPECT_EQ(edit_distance("abc", ""), 3u);
-  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
-  EXPECT_EQ(edit_distance("backend.paralel.tp", "backend.parallel.tp"), 1u);
-  EXPECT_EQ(edit_distance("flaw", "lawn"), 2u);
-}
-
 }  // namespace
 }  // namespace bb

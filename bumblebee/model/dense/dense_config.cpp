@@ -1,8 +1,8 @@
 // Parsing of HF Llama/Qwen3 config.json into DenseConfig.
 #include "bumblebee/model/dense/dense_config.h"
 
+#include "bumblebee/core/edit_distance.h"
 #include "bumblebee/core/error.h"
-#include "bumblebee/runtime/cli_args.h"
 
 namespace bb {
 
