@@ -7,6 +7,14 @@
 #   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096)
 #   baseline  the PyTorch + HF transformers baseline (benchmarks/baselines) in the same session
 #   parity    50-step bf16 parity against HF transformers (benchmarks/parity)
+#   profile   where a training step's device time goes (bb-bench bench.profile_steps), 0.6B and 1.7B
+#   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
+#             5-step bf16 training run of a tiny fixture
+# Stages for two GPUs (nvidia-h200-x2), one MPI rank per GPU, collectives over NCCL:
+#   nccl      the MPI test binary (tests/mpi) with its NCCL cases
+#   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
+#   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
+#   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
 # Logs go to $OUT (or /tmp/bb_out); a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,12 +27,31 @@ if [ ! -e /usr/include/x86_64-linux-gnu/cblas.h ] && [ ! -e /usr/include/cblas.h
   prefix="-DCMAKE_PREFIX_PATH=$PWD/.deps/usr"
   export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/openblas-pthread:$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 fi
+# The image has NCCL only inside PyTorch's environment (nvidia-nccl wheel).
+nccl=""
+nccl_h=$(find /usr/include /usr/local/cuda/include /opt/torch/.venv/lib -name nccl.h -path "*nccl*" 2>/dev/null | head -1)
+if [ -n "$nccl_h" ]; then
+  nccl_dir=$(dirname "$(dirname "$nccl_h")")
+  nccl_lib=$(ls "$nccl_dir"/lib/libnccl.so* /usr/local/cuda/lib64/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null | head -1)
+  [ -n "$nccl_lib" ] && nccl="-DBB_NCCL_INCLUDE=$(dirname "$nccl_h") -DBB_NCCL_LIB=$nccl_lib" &&
+    export LD_LIBRARY_PATH=$(dirname "$nccl_lib"):${LD_LIBRARY_PATH:-}
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 t0=$(date +%s)
-cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-ninja -C build-h200 -j16 bb_cuda_ops bb-bench bb-correctness > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -80; exit 1; }
+cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+grep "Bumblebee:" "$OUT/cmake.log"
+targets="bb_cuda_ops bb-bench bb-correctness"
+case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
+ninja -C build-h200 -j$(nproc) $targets > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -80; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 bin=build-h200/bin
+mpi2="mpirun --allow-run-as-root -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BB_ATTENTION_BACKEND"
+bench_1p7b="hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 bench.num_microbatches=4 bench.warmup=2"
+# The parity model and tokens, made by HF transformers (benchmarks/parity).
+parity_model() {
+  [ -f /tmp/parity/hf_losses.json ] || timeout 200 python3 benchmarks/parity/hf_bf16_reference.py --out /tmp/parity > "$OUT/parity_hf.log" 2>&1 || tail -5 "$OUT/parity_hf.log"
+}
+parity_args="hf_path=/tmp/parity/model tokens=/tmp/parity/tokens.json device=cuda steps=50 rows_per_step=8 optimizer.lr=1e-4 optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.adam_eps=1e-8 optimizer.weight_decay=0.1 optimizer.clip_grad=1.0"
 
 for stage in $stages; do
   echo "== $stage"
@@ -64,10 +91,8 @@ PY
     baseline)
       timeout 400 python3 benchmarks/baselines/hf_train_bench.py --steps 4 --warmup 2 2>&1 | tee "$OUT/baseline.log" | grep "^{" ;;
     parity)
-      [ -f /tmp/parity/hf_losses.json ] || timeout 200 python3 benchmarks/parity/hf_bf16_reference.py --out /tmp/parity > "$OUT/parity_hf.log" 2>&1 || tail -5 "$OUT/parity_hf.log"
-      timeout 200 $bin/bb-correctness hf_path=/tmp/parity/model tokens=/tmp/parity/tokens.json device=cuda steps=50 \
-        rows_per_step=8 optimizer.lr=1e-4 optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.adam_eps=1e-8 \
-        optimizer.weight_decay=0.1 optimizer.clip_grad=1.0 > "$OUT/parity_bb.json" 2> "$OUT/parity_bb.err" || tail -5 "$OUT/parity_bb.err"
+      parity_model
+      timeout 200 $bin/bb-correctness $parity_args > "$OUT/parity_bb.json" 2> "$OUT/parity_bb.err" || tail -5 "$OUT/parity_bb.err"
       cp /tmp/parity/hf_losses.json "$OUT/parity_hf.json"
       python3 - "$OUT/parity_hf.json" "$OUT/parity_bb.json" <<'PY'
 import json, sys
@@ -80,5 +105,66 @@ print("grad-norm diff per step (%):", [round(100 * x, 1) for x in dg])
 print("hf grad norms", [round(x, 3) for x in hf["grad_norms"][::5]], "bb", [round(x, 3) for x in bb["grad_norms"][::5]])
 PY
       ;;
+      profile)
+      for m in qwen3-0.6b qwen3-1.7b; do
+        timeout 200 $bin/bb-bench hf_path=configs/$m backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 \
+          bench.num_microbatches=4 bench.steps=2 bench.warmup=2 bench.profile_steps=2 \
+          output_json="$OUT/profile_$m.json" > "$OUT/profile_$m.log" 2>&1
+        grep -A25 "^profile over" "$OUT/profile_$m.log" || tail -5 "$OUT/profile_$m.log"
+      done ;;
+    sanitizer)
+      d=tests/fixtures/qwen3_gqa
+      run_fixture="$bin/bb-correctness hf_path=$d tokens=$d/tokens.json device=cuda steps=5"
+      for be in cudnn flash; do
+        BB_ATTENTION_BACKEND=$be timeout 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+          $run_fixture > "$OUT/memcheck_$be.log" 2>&1
+        echo "memcheck ($be attention): exit $?"; grep -E "ERROR SUMMARY|Invalid|error" "$OUT/memcheck_$be.log" | head -5
+      done
+      BB_ATTENTION_BACKEND=flash timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        $run_fixture > "$OUT/racecheck.log" 2>&1
+      echo "racecheck (flash attention): exit $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|hazard" "$OUT/racecheck.log" | head -5 ;;
+    nccl)
+      timeout 200 $mpi2 $bin/bb_mpi_tests > "$OUT/nccl.log" 2>&1; echo "exit $?"
+      grep -E "^\[  (PASSED|FAILED|SKIPPED) |Nccl.*(OK|FAILED)" "$OUT/nccl.log" | sort | uniq -c | head -20 ;;
+    curves)
+      parity_model
+      timeout 200 $bin/bb-correctness $parity_args > "$OUT/curve_1gpu.json" 2> "$OUT/curve_1gpu.err" || tail -5 "$OUT/curve_1gpu.err"
+      # Two ranks without tp are dp=2 (dp is what the world leaves over).
+      for p in tp dp; do
+        extra=""; [ $p = tp ] && extra="backend.parallel.tp=2"
+        timeout 200 $mpi2 $bin/bb-correctness $parity_args $extra > "$OUT/curve_${p}2.json" 2> "$OUT/curve_${p}2.err" ||
+          tail -5 "$OUT/curve_${p}2.err"
+      done
+      cp /tmp/parity/hf_losses.json "$OUT/curve_hf.json"
+      python3 - "$OUT" <<'PY'
+import json, sys
+d = sys.argv[1]
+one = json.load(open(f"{d}/curve_1gpu.json"))
+hf = json.load(open(f"{d}/curve_hf.json"))
+for name in ["tp2", "dp2"]:
+    try:
+        o = json.load(open(f"{d}/curve_{name}.json"))
+    except Exception as e:
+        print(name, "FAILED:", e); continue
+    dl = [abs(a - b) / b for a, b in zip(o["losses"], one["losses"])]
+    dg = [abs(a - b) / b for a, b in zip(o["grad_norms"], one["grad_norms"])]
+    dh = [abs(a - b) / b for a, b in zip(o["losses"], hf["losses"])]
+    print(f"{name} vs 1 GPU over {len(dl)} steps: max loss diff {max(dl):.3%} (step {dl.index(max(dl))}), "
+          f"max grad-norm diff {max(dg):.2%}; vs HF loss {max(dh):.3%}")
+    print(f"  loss every 10 steps: 1gpu {[round(x, 4) for x in one['losses'][::10]]} {name} {[round(x, 4) for x in o['losses'][::10]]}")
+PY
+      ;;
+    dpscale)
+      timeout 200 env CUDA_VISIBLE_DEVICES=0 $bin/bb-bench $bench_1p7b bench.steps=4 output_json="$OUT/dpscale_1gpu.json" > "$OUT/dpscale_1gpu.log" 2>&1
+      tail -1 "$OUT/dpscale_1gpu.log"
+      timeout 250 $mpi2 $bin/bb-bench $bench_1p7b bench.steps=4 bench.profile_steps=2 \
+        output_json="$OUT/dpscale_dp2.json" > "$OUT/dpscale_dp2.log" 2>&1
+      grep -B1 -A12 "^profile over" "$OUT/dpscale_dp2.log" | grep -E "profile|nccl|step" || tail -5 "$OUT/dpscale_dp2.log"
+      python3 -c "import json; a=json.load(open('$OUT/dpscale_1gpu.json')); b=json.load(open('$OUT/dpscale_dp2.json')); print(f\"dp=2 {b['tok_per_s']:.0f} tok/s vs 1 GPU {a['tok_per_s']:.0f}: {b['tok_per_s']/a['tok_per_s']:.3f}x\")" ;;
+    tp8b)
+      timeout 400 $mpi2 $bin/bb-bench hf_path=configs/qwen3-8b backend.device=cuda backend.parallel.tp=2 \
+        bench.truncate_layers=${TP8B_LAYERS:-36} bench.seq_len=4096 bench.micro_batch_size=1 bench.num_microbatches=4 \
+        bench.steps=3 bench.warmup=2 bench.profile_steps=1 output_json="$OUT/tp8b.json" > "$OUT/tp8b.log" 2>&1
+      grep -E "^step|^\{" "$OUT/tp8b.log" | tail -3; grep -A30 "^profile over" "$OUT/tp8b.log" | head -32 || tail -5 "$OUT/tp8b.log" ;;
   esac
 done

@@ -3,13 +3,20 @@
 //   bb-bench backend=bb hf_path=DIR [backend.model_name=auto] [backend.impl=lite]
 //       [backend.parallel.tp=N ...] [backend.device=cuda] [backend.recompute=none|full]
 //       [bench.seq_len=4096] [bench.num_microbatches=1] [bench.micro_batch_size=1]
-//       [bench.steps=10] [bench.warmup=2] [bench.truncate_layers=L] [output_json=FILE]
+//       [bench.steps=10] [bench.warmup=2] [bench.truncate_layers=L] [bench.profile_steps=0]
+//       [output_json=FILE]
 //
 // Each step is zero_grad -> forward_backward -> optimizer_step ->
 // lr_scheduler_step on random tokens (fixed seed), timed from host to host
 // with the device drained. Per step it prints loss, grad_norm, step_ms,
 // tokens/s, TFLOP/s per GPU, MFU and peak memory; at the end one JSON summary
 // line (also written to output_json).
+//
+// bench.profile_steps=N (CUDA) runs N more steps after the timed ones with op
+// profiling on (ops/op_profile.h) and prints where a step's device time goes:
+// per op (GEMMs by shape), per step, with its share of the step and the time
+// in NCCL collectives. The timed steps run without it, so profiling does not
+// change the throughput figures.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +27,7 @@
 
 #include "bumblebee/core/device_memory.h"
 #include "bumblebee/core/rng.h"
+#include "bumblebee/ops/op_profile.h"
 #include "bumblebee/runtime/cli_args.h"
 #include "bumblebee/runtime/runtime.h"
 #include "bumblebee/runtime/tool_main.h"
@@ -35,13 +43,45 @@ bool has_weights(const std::string& dir) {
          std::filesystem::exists(dir + "/model.safetensors.index.json");
 }
 
+// Runs `steps` more steps with op profiling on; prints the per-step table on
+// the root rank and returns it as JSON.
+template <class Step>
+nlohmann::json profile(Step& timed_step, int64_t steps, bool root) {
+  ops::profile::take();
+  ops::profile::set_enabled(true);
+  double step_ms = 0;
+  for (int64_t i = 0; i < steps; ++i) step_ms += timed_step();
+  ops::profile::set_enabled(false);
+  const std::vector<ops::profile::OpTime> ops_time = ops::profile::take();
+  step_ms /= double(steps);
+  double compute_ms = 0, comm_ms = 0;
+  nlohmann::json table = nlohmann::json::array();
+  for (const auto& t : ops_time) {
+    const double ms = t.ms / double(steps);
+    (t.communication ? comm_ms : compute_ms) += ms;
+    table.push_back({{"op", t.name}, {"calls_per_step", double(t.calls) / double(steps)}, {"ms_per_step", ms},
+                     {"share_of_step", ms / step_ms}});
+  }
+  if (root) {
+    std::printf("profile over %lld steps: step %.1f ms, ops on the compute stream %.1f ms (%.1f%%), "
+                "NCCL collectives %.1f ms (%.1f%%, partly overlapped)\n",
+                (long long)steps, step_ms, compute_ms, 100 * compute_ms / step_ms, comm_ms, 100 * comm_ms / step_ms);
+    std::printf("%8s %7s %7s  %s\n", "ms/step", "share", "calls", "op");
+    for (const auto& row : table)
+      std::printf("%8.2f %6.1f%% %7.0f  %s\n", row["ms_per_step"].get<double>(),
+                  100 * row["share_of_step"].get<double>(), row["calls_per_step"].get<double>(),
+                  row["op"].get<std::string>().c_str());
+  }
+  return {{"step_ms", step_ms}, {"compute_ms_per_step", compute_ms}, {"comm_ms_per_step", comm_ms}, {"ops", table}};
+}
+
 int run(int argc, char** argv) {
   const std::vector<std::string> keys = {
       "backend", "hf_path", "output_json", "backend.model_name", "backend.impl", "backend.parallel.tp",
       "backend.parallel.etp", "backend.parallel.ep", "backend.parallel.pp", "backend.parallel.vpp",
       "backend.parallel.cp", "backend.device", "backend.dtype", "backend.recompute", "backend.load_hf_weights",
       "backend.seed", "bench.seq_len", "bench.num_microbatches", "bench.micro_batch_size", "bench.steps",
-      "bench.warmup", "bench.truncate_layers", "optimizer.lr"};
+      "bench.warmup", "bench.truncate_layers", "bench.profile_steps", "optimizer.lr"};
   KeyValueArgs args = KeyValueArgs::parse(argc, argv, keys);
   BB_CHECK(args.has("hf_path"), "hf_path=DIR is required (a directory with config.json)");
   RuntimeConfig cfg;
@@ -67,9 +107,11 @@ int run(int argc, char** argv) {
   const int num_mb = int(args.get_int("bench.num_microbatches", 1));
   const int64_t mbs = args.get_int("bench.micro_batch_size", 1);
   const int64_t steps = args.get_int("bench.steps", 10), warmup = args.get_int("bench.warmup", 2);
-  BB_CHECK(seq_len > 1 && num_mb >= 1 && mbs >= 1 && steps >= 1 && warmup >= 0,
-           "bench.seq_len > 1, bench.num_microbatches >= 1, bench.micro_batch_size >= 1, bench.steps >= 1 and "
-           "bench.warmup >= 0 are required");
+  const int64_t profile_steps = args.get_int("bench.profile_steps", 0);
+  BB_CHECK(seq_len > 1 && num_mb >= 1 && mbs >= 1 && steps >= 1 && warmup >= 0 && profile_steps >= 0,
+           "bench.seq_len > 1, bench.num_microbatches >= 1, bench.micro_batch_size >= 1, bench.steps >= 1, "
+           "bench.warmup >= 0 and bench.profile_steps >= 0 are required");
+  BB_CHECK(profile_steps == 0 || b.device == "cuda", "bench.profile_steps times CUDA ops; it needs backend.device=cuda");
 
   auto rt = create_runtime(cfg);
   ModelHandle h = rt->build_model();
@@ -90,16 +132,22 @@ int run(int argc, char** argv) {
   auto train = rt->train_mode(h);
   std::vector<double> times;
   double peak_gb = 0;
-  device_reset_peak(rt->device());
-  for (int64_t step = 0; step < warmup + steps; ++step) {
+  ForwardResult r;
+  OptimizerStepResult s;
+  // One training step, timed host to host with the device drained; returns ms.
+  auto timed_step = [&] {
     device_synchronize(rt->device());
     const auto t0 = std::chrono::steady_clock::now();
     rt->zero_grad(h);
-    ForwardResult r = rt->forward_backward(h, batch, {}, num_mb);
-    OptimizerStepResult s = rt->optimizer_step(h);
+    r = rt->forward_backward(h, batch, {}, num_mb);
+    s = rt->optimizer_step(h);
     rt->lr_scheduler_step(h);
     device_synchronize(rt->device());
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  device_reset_peak(rt->device());
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    const double ms = timed_step();
     peak_gb = std::max(peak_gb, double(device_peak_bytes(rt->device())) / double(1ull << 30));
     const double tflops = flops_per_step / world / (ms * 1e-3) / 1e12;
     if (step >= warmup) times.push_back(ms);
@@ -121,6 +169,7 @@ int run(int argc, char** argv) {
       {"tok_per_s_per_gpu", double(tokens_per_step) / (avg * 1e-3) / world},
       {"tflops_per_gpu", flops_per_step / world / (avg * 1e-3) / 1e12},
       {"mfu", flops_per_step / world / (avg * 1e-3) / kPeakBf16Flops}};
+  if (profile_steps > 0) summary["profile"] = profile(timed_step, profile_steps, root);
   if (root) {
     std::cout << summary.dump() << std::endl;
     if (args.has("output_json")) {

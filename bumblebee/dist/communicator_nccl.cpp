@@ -14,6 +14,7 @@
 #include "bumblebee/core/error.h"
 #include "bumblebee/dist/device_collectives.h"
 #include "bumblebee/ops/cuda/cuda_context.h"
+#include "bumblebee/ops/op_profile.h"
 
 #define NCCL_CHECK(call, group)                                                                        \
   do {                                                                                                 \
@@ -117,6 +118,7 @@ class NcclCollectives final : public DeviceCollectives {
   void all_reduce(Tensor& t, ReduceOp op) override {
     cuda::DeviceGuard guard(device_);
     after_async_collectives();
+    ops::profile::Scope timed(Device::cuda(device_), profile_label("all_reduce"));
     NCCL_CHECK(ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op), comm_,
                              cuda::current_stream()),
                name_);
@@ -126,6 +128,7 @@ class NcclCollectives final : public DeviceCollectives {
   void all_gather(const Tensor& in, Tensor& out) override {
     cuda::DeviceGuard guard(device_);
     after_async_collectives();
+    ops::profile::Scope timed(Device::cuda(device_), profile_label("all_gather"));
     NCCL_CHECK(ncclAllGather(in.raw(), out.raw(), size_t(in.numel()), nccl_type(in.dtype()), comm_,
                              cuda::current_stream()),
                name_);
@@ -134,6 +137,7 @@ class NcclCollectives final : public DeviceCollectives {
   void reduce_scatter(const Tensor& in, Tensor& out) override {
     cuda::DeviceGuard guard(device_);
     after_async_collectives();
+    ops::profile::Scope timed(Device::cuda(device_), profile_label("reduce_scatter"));
     NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), nccl_type(in.dtype()), ncclSum, comm_,
                                  cuda::current_stream()),
                name_);
@@ -142,6 +146,7 @@ class NcclCollectives final : public DeviceCollectives {
   void broadcast(Tensor& t, int root) override {
     cuda::DeviceGuard guard(device_);
     after_async_collectives();
+    ops::profile::Scope timed(Device::cuda(device_), profile_label("broadcast"));
     NCCL_CHECK(ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), nccl_type(t.dtype()), root, comm_,
                              cuda::current_stream()),
                name_);
@@ -157,9 +162,21 @@ class NcclCollectives final : public DeviceCollectives {
     // `in` was written by work queued on the current stream so far.
     CUDA_CHECK(cudaEventRecord(inputs_ready_, cuda::current_stream()));
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, inputs_ready_, 0));
-    NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), nccl_type(in.dtype()), ncclSum, comm_,
-                                 comm_stream_),
-               name_);
+    {
+      // The profile times it on the stream it runs on.
+      const cudaStream_t compute = cuda::current_stream();
+      cuda::set_current_stream(comm_stream_);
+      try {
+        ops::profile::Scope timed(Device::cuda(device_), profile_label("reduce_scatter_async"));
+        NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), nccl_type(in.dtype()), ncclSum,
+                                     comm_, comm_stream_),
+                   name_);
+      } catch (...) {
+        cuda::set_current_stream(compute);
+        throw;
+      }
+      cuda::set_current_stream(compute);
+    }
     cudaEvent_t done = make_event();
     CUDA_CHECK(cudaEventRecord(done, comm_stream_));
     CUDA_CHECK(cudaEventRecord(async_tail_, comm_stream_));
@@ -167,6 +184,10 @@ class NcclCollectives final : public DeviceCollectives {
   }
 
  private:
+  std::string profile_label(const char* collective) const {
+    return ops::profile::enabled() ? "nccl " + std::string(collective) + " [" + name_ + "]" : std::string();
+  }
+
   // Queues the current stream behind the group's async collectives so far.
   void after_async_collectives() {
     if (comm_stream_) CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), async_tail_, 0));

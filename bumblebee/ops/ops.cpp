@@ -12,6 +12,7 @@
 #include <initializer_list>
 
 #include "bumblebee/ops/cpu/cpu_ops.h"
+#include "bumblebee/ops/op_profile.h"
 
 #ifdef BB_WITH_CUDA
 #include "bumblebee/ops/cuda/cuda_ops.h"
@@ -104,12 +105,20 @@ void check_cu_seqlens_host(const char* op, const Tensor& cu_seqlens, int64_t tok
 
 }  // namespace
 
-// The CUDA backend mirrors every op under the same name and parameters.
+// The CUDA backend mirrors every op under the same name and parameters. Each
+// call is one line of the op profile (op_profile.h), under `label` when the
+// name alone would lump different work together; the label is built only
+// while profiling.
 #ifdef BB_WITH_CUDA
-#define BB_DISPATCH_CUDA(fn, ...) return cuda::fn(__VA_ARGS__)
+#define BB_DISPATCH_CUDA_LABELLED(label, fn, first, ...)                                              \
+  {                                                                                                   \
+    profile::Scope bb_op_scope_((first).device(), profile::enabled() ? std::string(label) : std::string()); \
+    return cuda::fn(first __VA_OPT__(, ) __VA_ARGS__);                                                 \
+  }
 #else
-#define BB_DISPATCH_CUDA(fn, ...) no_cuda_build(#fn)
+#define BB_DISPATCH_CUDA_LABELLED(label, fn, ...) no_cuda_build(#fn)
 #endif
+#define BB_DISPATCH_CUDA(fn, ...) BB_DISPATCH_CUDA_LABELLED(#fn, fn, __VA_ARGS__)
 
 // ---- GEMM -------------------------------------------------------------------------
 
@@ -128,7 +137,8 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
     expect_cpu_same_float(op, {{a, "a"}, {b, "b"}, {c, "c"}});
     return cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta);
   }
-  BB_DISPATCH_CUDA(matmul, a, trans_a, b, trans_b, c, alpha, beta);
+  BB_DISPATCH_CUDA_LABELLED(detail::concat("matmul ", m, "x", n, "x", k_a, " ", trans_a ? "T" : "N", trans_b ? "T" : "N"),
+                            matmul, a, trans_a, b, trans_b, c, alpha, beta);
 }
 
 // ---- elementwise ------------------------------------------------------------------------
