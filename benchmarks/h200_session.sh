@@ -21,6 +21,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/bb_out}
 mkdir -p "$OUT"
 stages=${*:-harness fixtures bench}
+build=${BUILD:-build-h200}   # BUILD=/tmp/... keeps the build between calls on a warm machine
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 prefix=""
 if [ ! -e /usr/include/x86_64-linux-gnu/cblas.h ] && [ ! -e /usr/include/cblas.h ] && [ -d .deps/usr ]; then
@@ -38,13 +39,13 @@ if [ -n "$nccl_h" ]; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 t0=$(date +%s)
-cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
 grep "Bumblebee:" "$OUT/cmake.log"
 targets="bb_cuda_ops bb-bench bb-correctness"
 case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
-ninja -C build-h200 -j$(nproc) $targets > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -80; exit 1; }
+ninja -C "$build" -j$(nproc) $targets > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -80; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
-bin=build-h200/bin
+bin=$build/bin
 mpi2="mpirun --allow-run-as-root -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BB_ATTENTION_BACKEND"
 bench_1p7b="hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 bench.num_microbatches=4 bench.warmup=2"
 # The parity model and tokens, made by HF transformers (benchmarks/parity).
@@ -116,11 +117,11 @@ PY
       d=tests/fixtures/qwen3_gqa
       run_fixture="$bin/bb-correctness hf_path=$d tokens=$d/tokens.json device=cuda steps=5"
       for be in cudnn flash; do
-        BB_ATTENTION_BACKEND=$be timeout 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+        BB_ATTENTION_BACKEND=$be timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
           $run_fixture > "$OUT/memcheck_$be.log" 2>&1
         echo "memcheck ($be attention): exit $?"; grep -E "ERROR SUMMARY|Invalid|error" "$OUT/memcheck_$be.log" | head -5
       done
-      BB_ATTENTION_BACKEND=flash timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      BB_ATTENTION_BACKEND=flash timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
         $run_fixture > "$OUT/racecheck.log" 2>&1
       echo "racecheck (flash attention): exit $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|hazard" "$OUT/racecheck.log" | head -5 ;;
     nccl)
