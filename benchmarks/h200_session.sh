@@ -4,10 +4,10 @@
 #   harness   CUDA-vs-CPU op harness (tests/cuda), forward and backward
 #   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py)
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers
-#   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096)
+#   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096); BENCH_PROFILE=N adds
+#             N profiled steps: where a step's device time goes, per op
 #   baseline  the PyTorch + HF transformers baseline (benchmarks/baselines) in the same session
 #   parity    50-step bf16 parity against HF transformers (benchmarks/parity)
-#   profile   where a training step's device time goes (bb-bench bench.profile_steps), 0.6B and 1.7B
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
 # Stages for two GPUs (nvidia-h200-x2), one MPI rank per GPU, collectives over NCCL:
@@ -86,7 +86,9 @@ PY
         for rc in ${BB_RECOMPUTE:-none}; do
           timeout 300 $bin/bb-bench hf_path=configs/$m backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 \
             bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 backend.recompute=$rc \
-            output_json="$OUT/bench_${m}_$rc.json" 2>&1 | tee "$OUT/bench_${m}_$rc.log" | tail -3
+            bench.profile_steps=${BENCH_PROFILE:-0} output_json="$OUT/bench_${m}_$rc.json" > "$OUT/bench_${m}_$rc.log" 2>&1
+          grep -E "^step" "$OUT/bench_${m}_$rc.log" | tail -2; grep -A25 "^profile over" "$OUT/bench_${m}_$rc.log"
+          tail -1 "$OUT/bench_${m}_$rc.log"
         done
       done ;;
     baseline)
@@ -106,14 +108,7 @@ print("grad-norm diff per step (%):", [round(100 * x, 1) for x in dg])
 print("hf grad norms", [round(x, 3) for x in hf["grad_norms"][::5]], "bb", [round(x, 3) for x in bb["grad_norms"][::5]])
 PY
       ;;
-      profile)
-      for m in qwen3-0.6b qwen3-1.7b; do
-        timeout 200 $bin/bb-bench hf_path=configs/$m backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 \
-          bench.num_microbatches=4 bench.steps=2 bench.warmup=2 bench.profile_steps=2 \
-          output_json="$OUT/profile_$m.json" > "$OUT/profile_$m.log" 2>&1
-        grep -A25 "^profile over" "$OUT/profile_$m.log" || tail -5 "$OUT/profile_$m.log"
-      done ;;
-    sanitizer)
+      sanitizer)
       d=tests/fixtures/qwen3_gqa
       run_fixture="$bin/bb-correctness hf_path=$d tokens=$d/tokens.json device=cuda steps=5"
       for be in cudnn flash; do
@@ -125,7 +120,7 @@ PY
         $run_fixture > "$OUT/racecheck.log" 2>&1
       echo "racecheck (flash attention): exit $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|hazard" "$OUT/racecheck.log" | head -5 ;;
     nccl)
-      timeout 200 $mpi2 $bin/bb_mpi_tests > "$OUT/nccl.log" 2>&1; echo "exit $?"
+      timeout 120 $mpi2 $bin/bb_mpi_tests > "$OUT/nccl.log" 2>&1; echo "exit $?"
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |Nccl.*(OK|FAILED)" "$OUT/nccl.log" | sort | uniq -c | head -20 ;;
     curves)
       parity_model

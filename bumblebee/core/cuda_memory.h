@@ -19,9 +19,13 @@ void pool_free(void* ptr, size_t nbytes, int device);
 size_t pool_bytes_in_use(int device);
 size_t pool_peak_bytes(int device);
 void pool_reset_peak(int device);
-void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t nbytes);
-void memset_zero(void* ptr, size_t nbytes);
-void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
-void synchronize();
+// `device` is the GPU whose stream orders the work (for a copy, the device
+// side; both sides of a device-to-device copy are on it or peers of it).
+void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t nbytes, int device);
+void memset_zero(void* ptr, size_t nbytes, int device);
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, int device);
+void synchronize(int device);
+// Makes `device` the calling thread's current CUDA device.
+void set_device(int device);
 
 }  // namespace bb::cuda

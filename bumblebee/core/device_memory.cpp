@@ -80,7 +80,7 @@ void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, siz
     return;
   }
 #ifdef BB_WITH_CUDA
-  cuda::copy(dst, dst_dev.is_cuda(), src, src_dev.is_cuda(), nbytes);
+  cuda::copy(dst, dst_dev.is_cuda(), src, src_dev.is_cuda(), nbytes, dst_dev.is_cuda() ? dst_dev.index : src_dev.index);
 #else
   no_cuda();
 #endif
@@ -93,7 +93,7 @@ void device_memset_zero(void* ptr, size_t nbytes, Device dev) {
     return;
   }
 #ifdef BB_WITH_CUDA
-  cuda::memset_zero(ptr, nbytes);
+  cuda::memset_zero(ptr, nbytes, dev.index);
 #else
   no_cuda();
 #endif
@@ -130,7 +130,16 @@ void device_reset_peak(Device dev) {
 void device_synchronize(Device dev) {
   if (dev.is_cpu()) return;
 #ifdef BB_WITH_CUDA
-  cuda::synchronize();
+  cuda::synchronize(dev.index);
+#else
+  no_cuda();
+#endif
+}
+
+void device_make_current(Device dev) {
+  if (dev.is_cpu()) return;
+#ifdef BB_WITH_CUDA
+  cuda::set_device(dev.index);
 #else
   no_cuda();
 #endif

@@ -22,5 +22,8 @@ size_t device_bytes_in_use(Device dev);   // current bytes held by tensors on de
 size_t device_peak_bytes(Device dev);     // high-water mark since the last reset
 void device_reset_peak(Device dev);
 void device_synchronize(Device dev);      // wait for all work queued on dev (no-op on the host)
+// Makes dev the calling thread's current CUDA device, so that libraries
+// which allocate on the current device (NCCL, cuDNN, cuBLASLt) use it too.
+void device_make_current(Device dev);     // no-op on the host
 
 }  // namespace bb

@@ -188,7 +188,7 @@ void Tensor::copy_from(const Tensor& src) {
   }
 #ifdef BB_WITH_CUDA
   if (device() == src.device()) {
-    cuda::cast(src.raw(), src.dtype_, raw(), dtype_, numel());
+    cuda::cast(src.raw(), src.dtype_, raw(), dtype_, numel(), device().index);
     return;
   }
 #endif

@@ -95,6 +95,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
     BB_CHECK(n > 0, "device=", cfg_.backend_cfg.device, " was requested but no CUDA GPU is visible");
     if (world.size() > 1 && cfg_.backend_cfg.device == "cuda") device_ = Device::cuda(world.local_rank() % n);
     BB_CHECK(device_.index < n, "device cuda:", device_.index, " does not exist (", n, " GPUs visible)");
+    device_make_current(device_);
   }
 }
 

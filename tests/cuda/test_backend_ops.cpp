@@ -379,60 +379,89 @@ std::string attention_shape(const AttentionShape& a) {
              (long long)a.head_dim);
 }
 
+// The same values as `p.gpu` in a view that starts 2 bytes past the start of
+// its allocation, so not on a 16-byte boundary (the pool's blocks are).
+Pair unaligned_view(const Pair& p) {
+  Tensor view = Tensor::empty({p.gpu.numel() + 1}, p.gpu.dtype(), p.gpu.device()).flat_slice(1, p.gpu.shape());
+  view.copy_from(p.gpu);
+  return {view, p.cpu};
+}
+
+// Forward and backward cases for one shape, run under
+// BB_ATTENTION_BACKEND=`backend` and named attention_*[`label`]. With
+// `unaligned`, every bf16 tensor is a view off the 16-byte grid.
+void add_attention_cases(std::vector<Case>& cases, const std::string& backend, const std::string& label,
+                         const AttentionShape& a, bool unaligned) {
+  std::vector<double> cu{0.0};
+  int64_t max_seqlen = 0;
+  for (int64_t l : a.seqlens) {
+    cu.push_back(cu.back() + double(l));
+    max_seqlen = std::max(max_seqlen, l);
+  }
+  const int64_t tokens = int64_t(cu.back());
+  const double scale = 1.0 / std::sqrt(double(a.head_dim));
+  const Shape q_shape{tokens, a.heads_q, a.head_dim}, kv_shape{tokens, a.heads_kv, a.head_dim};
+  const std::string shape = attention_shape(a) + (unaligned ? " unaligned" : "");
+  auto place = [unaligned](const Pair& p) { return unaligned ? unaligned_view(p) : p; };
+  cases.push_back({"attention_forward[" + label + "]", shape, [=](Generator& gen) {
+                     EnvOverride env("BB_ATTENTION_BACKEND", backend);
+                     Pair q = place(random_pair(gen, q_shape, DType::BF16)),
+                          k = place(random_pair(gen, kv_shape, DType::BF16)),
+                          v = place(random_pair(gen, kv_shape, DType::BF16));
+                     Pair cu_seqlens = index_pair(cu, DType::I32);
+                     Pair out = place(output_pair(q_shape, DType::BF16)),
+                          lse = output_pair({tokens, a.heads_q}, DType::F32);
+                     cuda::attention_forward(q.gpu, k.gpu, v.gpu, cu_seqlens.gpu, max_seqlen, scale, out.gpu,
+                                             lse.gpu);
+                     ops::attention_forward(q.cpu, k.cpu, v.cpu, cu_seqlens.cpu, max_seqlen, scale, out.cpu,
+                                            lse.cpu);
+                     // lse comes from fp32 sums of exact bf16 products; exp2 is the
+                     // hardware approximation (2 ulp).
+                     return std::vector<Check>{compare("out", out, kBf16Bound), compare("lse", lse, 1e-4)};
+                   }});
+  cases.push_back({"attention_backward[" + label + "]", shape, [=](Generator& gen) {
+                     EnvOverride env("BB_ATTENTION_BACKEND", backend);
+                     Pair q = place(random_pair(gen, q_shape, DType::BF16)),
+                          k = place(random_pair(gen, kv_shape, DType::BF16)),
+                          v = place(random_pair(gen, kv_shape, DType::BF16));
+                     Pair dout = place(random_pair(gen, q_shape, DType::BF16));
+                     Pair cu_seqlens = index_pair(cu, DType::I32);
+                     // out and lse from the CPU forward (out rounded to bf16), the same on both sides.
+                     Tensor out_cpu = Tensor::empty(q_shape, DType::F32);
+                     Tensor lse_cpu = Tensor::empty({tokens, a.heads_q}, DType::F32);
+                     ops::attention_forward(q.cpu, k.cpu, v.cpu, cu_seqlens.cpu, max_seqlen, scale, out_cpu, lse_cpu);
+                     Pair out = place(pair_from_cpu(out_cpu, DType::BF16)), lse = pair_from_cpu(lse_cpu, DType::F32);
+                     Pair dq = place(output_pair(q_shape, DType::BF16)), dk = place(output_pair(kv_shape, DType::BF16)),
+                          dv = place(output_pair(kv_shape, DType::BF16));
+                     cuda::attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, cu_seqlens.gpu,
+                                              max_seqlen, scale, dq.gpu, dk.gpu, dv.gpu);
+                     ops::attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, cu_seqlens.cpu,
+                                             max_seqlen, scale, dq.cpu, dk.cpu, dv.cpu);
+                     return std::vector<Check>{compare("dq", dq, kBf16Bound), compare("dk", dk, kBf16Bound),
+                                               compare("dv", dv, kBf16Bound)};
+                   }});
+}
+
 void attention_cases(std::vector<Case>& cases) {
   const AttentionShape shapes[] = {
       {{37}, 4, 4, 64},           {{64}, 2, 1, 128},         {{100, 37, 1, 64}, 8, 4, 128},
       {{129, 200}, 8, 2, 128},    {{65, 3}, 4, 2, 64},       {{300}, 4, 1, 96},
       {{77, 50}, 2, 2, 32},       {{1}, 2, 2, 128},
   };
+  // Shapes flash and cuDNN do not take: attention_small.cu runs them whichever
+  // backend is asked for, hence the "->small" in their names.
+  const AttentionShape small_head_shapes[] = {
+      {{37, 20, 9}, 6, 2, 6}, {{50, 13}, 6, 3, 10},  {{64, 1, 30}, 8, 4, 12},
+      {{40, 25}, 4, 2, 100},  {{45, 70}, 4, 1, 160},
+  };
+  const AttentionShape unaligned_shape = {{33, 17}, 4, 2, 64};
   std::vector<std::string> backends = {"flash"};
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
   for (const std::string& backend : backends) {
-    for (const AttentionShape& a : shapes) {
-      std::vector<double> cu{0.0};
-      int64_t max_seqlen = 0;
-      for (int64_t l : a.seqlens) {
-        cu.push_back(cu.back() + double(l));
-        max_seqlen = std::max(max_seqlen, l);
-      }
-      const int64_t tokens = int64_t(cu.back());
-      const double scale = 1.0 / std::sqrt(double(a.head_dim));
-      const Shape q_shape{tokens, a.heads_q, a.head_dim}, kv_shape{tokens, a.heads_kv, a.head_dim};
-      cases.push_back({"attention_forward[" + backend + "]", attention_shape(a), [=](Generator& gen) {
-                         EnvOverride env("BB_ATTENTION_BACKEND", backend);
-                         Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, kv_shape, DType::BF16),
-                              v = random_pair(gen, kv_shape, DType::BF16);
-                         Pair cu_seqlens = index_pair(cu, DType::I32);
-                         Pair out = output_pair(q_shape, DType::BF16), lse = output_pair({tokens, a.heads_q}, DType::F32);
-                         cuda::attention_forward(q.gpu, k.gpu, v.gpu, cu_seqlens.gpu, max_seqlen, scale, out.gpu,
-                                                 lse.gpu);
-                         ops::attention_forward(q.cpu, k.cpu, v.cpu, cu_seqlens.cpu, max_seqlen, scale, out.cpu,
-                                                lse.cpu);
-                         // lse comes from fp32 sums of exact bf16 products; exp2 is the
-                         // hardware approximation (2 ulp).
-                         return std::vector<Check>{compare("out", out, kBf16Bound), compare("lse", lse, 1e-4)};
-                       }});
-      cases.push_back({"attention_backward[" + backend + "]", attention_shape(a), [=](Generator& gen) {
-                         EnvOverride env("BB_ATTENTION_BACKEND", backend);
-                         Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, kv_shape, DType::BF16),
-                              v = random_pair(gen, kv_shape, DType::BF16);
-                         Pair dout = random_pair(gen, q_shape, DType::BF16);
-                         Pair cu_seqlens = index_pair(cu, DType::I32);
-                         // out and lse from the CPU forward (out rounded to bf16), the same on both sides.
-                         Tensor out_cpu = Tensor::empty(q_shape, DType::F32), lse_cpu = Tensor::empty({tokens, a.heads_q}, DType::F32);
-                         ops::attention_forward(q.cpu, k.cpu, v.cpu, cu_seqlens.cpu, max_seqlen, scale, out_cpu,
-                                                lse_cpu);
-                         Pair out = pair_from_cpu(out_cpu, DType::BF16), lse = pair_from_cpu(lse_cpu, DType::F32);
-                         Pair dq = output_pair(q_shape, DType::BF16), dk = output_pair(kv_shape, DType::BF16),
-                              dv = output_pair(kv_shape, DType::BF16);
-                         cuda::attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, cu_seqlens.gpu,
-                                                  max_seqlen, scale, dq.gpu, dk.gpu, dv.gpu);
-                         ops::attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, cu_seqlens.cpu,
-                                                 max_seqlen, scale, dq.cpu, dk.cpu, dv.cpu);
-                         return std::vector<Check>{compare("dq", dq, kBf16Bound), compare("dk", dk, kBf16Bound),
-                                                   compare("dv", dv, kBf16Bound)};
-                       }});
-    }
+    for (const AttentionShape& a : shapes) add_attention_cases(cases, backend, backend, a, false);
+    for (const AttentionShape& a : small_head_shapes)
+      add_attention_cases(cases, backend, backend + "->small", a, false);
+    add_attention_cases(cases, backend, backend + "->small", unaligned_shape, true);
   }
 }
 
@@ -461,7 +490,7 @@ int run_cases(const std::string& filter, uint64_t seed) {
     std::vector<Check> checks;
     try {
       checks = c.run(gen);
-      cuda::synchronize();  // an asynchronous kernel fault surfaces here, inside this case
+      cuda::synchronize(0);  // an asynchronous kernel fault surfaces here, inside this case
     } catch (const std::exception& e) {
       std::printf("FAIL  %-28s %-56s error: %s\n", c.op.c_str(), c.shape.c_str(), e.what());
       ++failed;

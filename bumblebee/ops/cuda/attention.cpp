@@ -6,8 +6,15 @@
 // H200 against 198/121 for our kernel, benchmarks/RESULTS.md) or flash (our
 // FlashAttention-2 kernels; the default when the build has no cuDNN). The
 // variable is read at every call, so one process can compare both.
+//
+// Both read 16-byte vectors, so they take head dimensions that are multiples
+// of 8 up to 128 and tensors that start on a 16-byte boundary. Any other
+// shape (head dimensions 1 to 256, any bf16 alignment) goes to the plain
+// kernel of attention_small.cu, whichever backend the variable names: a
+// forced flash or cudnn applies only to the shapes it can take.
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 #include "bumblebee/ops/cuda/attention_backends.h"
@@ -35,13 +42,20 @@ AttentionBackend selected_backend() {
 
 bool aligned16(const Tensor& t) { return (reinterpret_cast<uintptr_t>(t.raw()) & 15u) == 0; }
 
+// Whether flash and cuDNN can take this head dimension and these tensors.
+bool tiled_kernels_take(int64_t head_dim, std::initializer_list<const Tensor*> tensors) {
+  if (head_dim % 8 != 0 || head_dim > 128) return false;
+  for (const Tensor* t : tensors)
+    if (!aligned16(*t)) return false;
+  return true;
+}
+
 void check_activation(const Tensor& ref, const Tensor& t, const char* op, const char* name, const Shape& shape) {
   BB_CHECK(t.defined(), op, ": tensor ", name, " is undefined");
   BB_CHECK(t.device() == ref.device(), op, ": tensor ", name, " is on ", t.device().str(), " but q is on ",
            ref.device().str());
   BB_CHECK(t.dtype() == DType::BF16, op, ": tensor ", name, " must be bfloat16 on CUDA, got ", dtype_name(t.dtype()));
   BB_CHECK(t.shape() == shape, op, ": tensor ", name, " must be ", shape_str(shape), ", got ", shape_str(t.shape()));
-  BB_CHECK(aligned16(t), op, ": tensor ", name, " must start on a 16-byte boundary");
 }
 
 // Checks shared by forward and backward; returns false when there is no work.
@@ -57,8 +71,8 @@ bool check_attention(const char* op, const Tensor& q, const Tensor& k, const Ten
   check_activation(q, v, op, "v", {tokens, heads_kv, head_dim});
   BB_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, op, ": ", heads_q, " query heads are not a multiple of ",
            heads_kv, " kv heads");
-  BB_CHECK(head_dim > 0 && head_dim % 8 == 0 && head_dim <= 128, op,
-           ": the CUDA attention supports head dimensions that are multiples of 8 up to 128, got ", head_dim);
+  BB_CHECK(head_dim >= 1 && head_dim <= kSmallAttentionMaxHeadDim, op,
+           ": the CUDA attention supports head dimensions from 1 to ", kSmallAttentionMaxHeadDim, ", got ", head_dim);
   BB_CHECK(heads_q <= 65535, op, ": ", heads_q, " query heads exceed the CUDA grid limit of 65535");
   BB_CHECK(cu_seqlens.defined() && cu_seqlens.device() == q.device(), op, ": cu_seqlens must be on ",
            q.device().str());
@@ -85,7 +99,10 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (!check_attention(op, q, k, v, cu_seqlens, max_seqlen, lse)) return;
   check_activation(q, out, op, "out", q.shape());
   DeviceGuard guard(q.device().index);
-  if (selected_backend() == AttentionBackend::Cudnn)
+  const AttentionBackend backend = selected_backend();
+  if (!tiled_kernels_take(q.size(2), {&q, &k, &v, &out}))
+    small_head_attention_forward(q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
+  else if (backend == AttentionBackend::Cudnn)
     cudnn_attention_forward(q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
   else
     flash_attention_forward(q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
@@ -102,7 +119,10 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   check_activation(q, dk, op, "dk", k.shape());
   check_activation(q, dv, op, "dv", v.shape());
   DeviceGuard guard(q.device().index);
-  if (selected_backend() == AttentionBackend::Cudnn)
+  const AttentionBackend backend = selected_backend();
+  if (!tiled_kernels_take(q.size(2), {&dout, &q, &k, &v, &out, &dq, &dk, &dv}))
+    small_head_attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
+  else if (backend == AttentionBackend::Cudnn)
     cudnn_attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
   else
     flash_attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);

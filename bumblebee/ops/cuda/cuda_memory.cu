@@ -160,8 +160,9 @@ void pool_reset_peak(int device) {
   g_pools[device].peak = g_pools[device].in_use.load();
 }
 
-void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t nbytes) {
+void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t nbytes, int device) {
   if (nbytes == 0) return;
+  DeviceGuard guard(device);
   cudaStream_t stream = current_stream();
   CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
   // Host memory is pageable and may be reused by the caller as soon as we
@@ -169,17 +170,19 @@ void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, si
   if (!dst_on_device || !src_on_device) CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-void memset_zero(void* ptr, size_t nbytes) {
+void memset_zero(void* ptr, size_t nbytes, int device) {
   if (nbytes == 0) return;
+  DeviceGuard guard(device);
   CUDA_CHECK(cudaMemsetAsync(ptr, 0, nbytes, current_stream()));
 }
 
-void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, int device) {
   if (n == 0) return;
   if (src_dtype == dst_dtype) {
-    copy(dst, true, src, true, size_t(n) * dtype_size(src_dtype));
+    copy(dst, true, src, true, size_t(n) * dtype_size(src_dtype), device);
     return;
   }
+  DeviceGuard guard(device);
   const int threads = 256;
   const int blocks = grid_for(n, threads);
   cudaStream_t stream = current_stream();
@@ -193,6 +196,11 @@ void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t 
   CUDA_CHECK_LAUNCH("cast");
 }
 
-void synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+void synchronize(int device) {
+  DeviceGuard guard(device);
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void set_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
 
 }  // namespace bb::cuda

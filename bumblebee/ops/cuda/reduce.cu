@@ -81,7 +81,7 @@ double reduce(const Tensor& x, const char* op) {
   reduce_final_kernel<<<1, 1024, 0, stream>>>(partials, blocks, partials + blocks);
   CUDA_CHECK_LAUNCH(op);
   double result = 0.0;
-  copy(&result, false, partials + blocks, true, sizeof(double));
+  copy(&result, false, partials + blocks, true, sizeof(double), x.device().index);
   return result;
 }
 
