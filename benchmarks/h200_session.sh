@@ -58,7 +58,7 @@ for stage in $stages; do
   echo "== $stage"
   case $stage in
     harness)
-      timeout 240 $bin/bb_cuda_ops > "$OUT/harness.log" 2>&1; echo "exit $?"
+      timeout 240 $bin/bb_cuda_ops ${HARNESS_FILTER:+--filter $HARNESS_FILTER} > "$OUT/harness.log" 2>&1; echo "exit $?"
       grep -E "FAIL|passed" "$OUT/harness.log" | tail -40 ;;
     perf)
       timeout 200 $bin/bb_cuda_ops --perf 2>&1 | tee "$OUT/perf.log" | grep -v "^$"
@@ -120,13 +120,13 @@ PY
         $run_fixture > "$OUT/racecheck.log" 2>&1
       echo "racecheck (flash attention): exit $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|hazard" "$OUT/racecheck.log" | head -5 ;;
     nccl)
-      timeout 120 $mpi2 $bin/bb_mpi_tests > "$OUT/nccl.log" 2>&1; echo "exit $?"
+      timeout 90 $mpi2 $bin/bb_mpi_tests > "$OUT/nccl.log" 2>&1; echo "exit $?"
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |Nccl.*(OK|FAILED)" "$OUT/nccl.log" | sort | uniq -c | head -20 ;;
     curves)
       parity_model
       timeout 200 $bin/bb-correctness $parity_args > "$OUT/curve_1gpu.json" 2> "$OUT/curve_1gpu.err" || tail -5 "$OUT/curve_1gpu.err"
-      # Two ranks without tp are dp=2 (dp is what the world leaves over).
-      for p in tp dp; do
+      # Two ranks without tp are dp=2 (dp is what the world leaves over). CURVES picks the runs.
+      for p in ${CURVES:-tp dp}; do
         extra=""; [ $p = tp ] && extra="backend.parallel.tp=2"
         timeout 200 $mpi2 $bin/bb-correctness $parity_args $extra > "$OUT/curve_${p}2.json" 2> "$OUT/curve_${p}2.err" ||
           tail -5 "$OUT/curve_${p}2.err"
@@ -155,12 +155,12 @@ PY
       tail -1 "$OUT/dpscale_1gpu.log"
       timeout 250 $mpi2 $bin/bb-bench $bench_1p7b bench.steps=4 bench.profile_steps=2 \
         output_json="$OUT/dpscale_dp2.json" > "$OUT/dpscale_dp2.log" 2>&1
-      grep -B1 -A12 "^profile over" "$OUT/dpscale_dp2.log" | grep -E "profile|nccl|step" || tail -5 "$OUT/dpscale_dp2.log"
+      grep -E "^step" "$OUT/dpscale_dp2.log" | tail -1; grep -A40 "^profile over" "$OUT/dpscale_dp2.log" || tail -5 "$OUT/dpscale_dp2.log"
       python3 -c "import json; a=json.load(open('$OUT/dpscale_1gpu.json')); b=json.load(open('$OUT/dpscale_dp2.json')); print(f\"dp=2 {b['tok_per_s']:.0f} tok/s vs 1 GPU {a['tok_per_s']:.0f}: {b['tok_per_s']/a['tok_per_s']:.3f}x\")" ;;
     tp8b)
       timeout 400 $mpi2 $bin/bb-bench hf_path=configs/qwen3-8b backend.device=cuda backend.parallel.tp=2 \
         bench.truncate_layers=${TP8B_LAYERS:-36} bench.seq_len=4096 bench.micro_batch_size=1 bench.num_microbatches=4 \
-        bench.steps=3 bench.warmup=2 bench.profile_steps=1 output_json="$OUT/tp8b.json" > "$OUT/tp8b.log" 2>&1
+        bench.steps=${TP8B_STEPS:-3} bench.warmup=2 bench.profile_steps=1 output_json="$OUT/tp8b.json" > "$OUT/tp8b.log" 2>&1
       grep -E "^step|^\{" "$OUT/tp8b.log" | tail -3; grep -A30 "^profile over" "$OUT/tp8b.log" | head -32 || tail -5 "$OUT/tp8b.log" ;;
   esac
 done
