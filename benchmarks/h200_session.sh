@@ -46,7 +46,7 @@ case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
 ninja -C "$build" -j$(nproc) $targets > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -80; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 bin=$build/bin
-mpi2="mpirun --allow-run-as-root -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BB_ATTENTION_BACKEND"
+mpi2="mpirun --allow-run-as-root -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH${BB_ATTENTION_BACKEND:+ -x BB_ATTENTION_BACKEND}"
 bench_1p7b="hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 bench.num_microbatches=4 bench.warmup=2"
 # The parity model and tokens, made by HF transformers (benchmarks/parity).
 parity_model() {

@@ -12,7 +12,7 @@
 // tokens/s, TFLOP/s per GPU, MFU and peak memory; at the end one JSON summary
 // line (also written to output_json).
 //
-// bench.profile_steps=N (CUDA) runs N more steps after the timed ones with op
+// bench.profile_steps=N runs N more steps after the timed ones with op
 // profiling on (ops/op_profile.h) and prints where a step's device time goes:
 // per op (GEMMs by shape), per step, with its share of the step and the time
 // in NCCL collectives. The timed steps run without it, so profiling does not
@@ -63,7 +63,7 @@ nlohmann::json profile(Step& timed_step, int64_t steps, bool root) {
                      {"share_of_step", ms / step_ms}});
   }
   if (root) {
-    std::printf("profile over %lld steps: step %.1f ms, ops on the compute stream %.1f ms (%.1f%%), "
+    std::printf("profile over %lld steps: step %.1f ms, compute ops %.1f ms (%.1f%%), "
                 "NCCL collectives %.1f ms (%.1f%%, partly overlapped)\n",
                 (long long)steps, step_ms, compute_ms, 100 * compute_ms / step_ms, comm_ms, 100 * comm_ms / step_ms);
     std::printf("%8s %7s %7s  %s\n", "ms/step", "share", "calls", "op");
@@ -111,7 +111,6 @@ int run(int argc, char** argv) {
   BB_CHECK(seq_len > 1 && num_mb >= 1 && mbs >= 1 && steps >= 1 && warmup >= 0 && profile_steps >= 0,
            "bench.seq_len > 1, bench.num_microbatches >= 1, bench.micro_batch_size >= 1, bench.steps >= 1, "
            "bench.warmup >= 0 and bench.profile_steps >= 0 are required");
-  BB_CHECK(profile_steps == 0 || b.device == "cuda", "bench.profile_steps times CUDA ops; it needs backend.device=cuda");
 
   auto rt = create_runtime(cfg);
   ModelHandle h = rt->build_model();

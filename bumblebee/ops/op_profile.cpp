@@ -1,8 +1,9 @@
-// Op-level time accounting (op_profile.h): a list of (name, start, end) event
-// slots, summed by name in take().
+// Op-level time accounting (op_profile.h): one record per timed call, with
+// CUDA event slots or host clock readings, summed by name in take().
 #include "bumblebee/ops/op_profile.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <map>
 
@@ -13,10 +14,14 @@
 namespace bb::ops::profile {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct Record {
   std::string name;
-  int device = 0;
-  int start = -1, end = -1;
+  Device device;
+  int start_event = -1, end_event = -1;   // CUDA
+  Clock::time_point start_time;           // host
+  double host_ms = -1;
 };
 
 bool g_enabled = false;
@@ -27,22 +32,36 @@ std::vector<Record> g_records;
 void set_enabled(bool on) { g_enabled = on; }
 bool enabled() { return g_enabled; }
 
-Scope::Scope([[maybe_unused]] Device device, [[maybe_unused]] const std::string& name) {
+Scope::Scope(Device device, const std::string& name) {
+  if (!g_enabled) return;
+  Record r;
+  r.name = name;
+  r.device = device;
+  if (device.is_cuda()) {
 #ifdef BB_WITH_CUDA
-  if (!g_enabled || !device.is_cuda()) return;
-  g_records.push_back({name, device.index, cuda::record_timing_event(device.index), -1});
-  record_ = int64_t(g_records.size()) - 1;
+    r.start_event = cuda::record_timing_event(device.index);
+#else
+    return;
 #endif
+  } else {
+    r.start_time = Clock::now();
+  }
+  g_records.push_back(std::move(r));
+  record_ = int64_t(g_records.size()) - 1;
 }
 
 Scope::~Scope() {
-#ifdef BB_WITH_CUDA
   if (record_ < 0) return;
+  Record& r = g_records[size_t(record_)];
+  if (r.device.is_cpu()) {
+    r.host_ms = std::chrono::duration<double, std::milli>(Clock::now() - r.start_time).count();
+    return;
+  }
+#ifdef BB_WITH_CUDA
   // A destructor must not throw; when CUDA fails here the op's own error is
   // already on its way, and the record stays without an end (take() skips it).
   try {
-    Record& r = g_records[size_t(record_)];
-    r.end = cuda::record_timing_event(r.device);
+    r.end_event = cuda::record_timing_event(r.device.index);
   } catch (const std::exception&) {
   }
 #endif
@@ -50,15 +69,19 @@ Scope::~Scope() {
 
 std::vector<OpTime> take() {
   std::map<std::string, OpTime> by_name;
-#ifdef BB_WITH_CUDA
   for (const Record& r : g_records) {
-    if (r.end < 0) continue;
+    double ms = r.host_ms;
+#ifdef BB_WITH_CUDA
+    if (r.device.is_cuda() && r.end_event >= 0) ms = cuda::timing_elapsed_ms(r.start_event, r.end_event);
+#endif
+    if (ms < 0) continue;
     OpTime& t = by_name[r.name];
     t.name = r.name;
     t.calls += 1;
-    t.ms += cuda::timing_elapsed_ms(r.start, r.end);
+    t.ms += ms;
     t.communication = r.name.rfind("nccl ", 0) == 0;
   }
+#ifdef BB_WITH_CUDA
   cuda::release_timing_events();
 #endif
   g_records.clear();

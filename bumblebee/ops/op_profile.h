@@ -3,8 +3,9 @@
 // While profiling is on, every op of the CUDA backend and every NCCL
 // collective is bracketed by a pair of CUDA events recorded on the stream it
 // runs on, so the figures are device time, not launch time, and recording
-// does not synchronise the host. take() waits for the recorded work and sums
-// the pairs by name. Off (the default), a Scope costs one branch.
+// does not synchronise the host; ops of the CPU backend, which run to the end
+// before returning, are timed with the host clock. take() waits for the
+// recorded work and sums by name. Off (the default), a Scope costs one branch.
 //
 // Names say what ran: "rmsnorm_forward", "matmul 8192x6144x1024 NT" (M x N x K
 // of the product and the operands' layouts, so each projection of a layer
@@ -24,8 +25,8 @@ namespace bb::ops::profile {
 void set_enabled(bool on);
 bool enabled();
 
-// Times the work queued on `device`'s current stream between construction and
-// destruction under `name`. Only CUDA devices are timed.
+// Times the work done (CPU) or queued on `device`'s current stream (CUDA)
+// between construction and destruction, under `name`.
 class Scope {
  public:
   Scope(Device device, const std::string& name);

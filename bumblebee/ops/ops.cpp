@@ -67,7 +67,7 @@ void expect_cpu_same_float(const char* op, std::initializer_list<Arg> args) {
   }
 }
 
-[[maybe_unused]] [[noreturn]] void no_cuda_build(const char* op) {
+[[maybe_unused]] [[noreturn]] void no_cuda_build(const std::string& op) {
   BB_FAIL(op, ": tensors are on CUDA but this Bumblebee build has no CUDA backend "
               "(configure found no CUDA toolkit, or BB_ENABLE_CUDA=OFF); use device=cpu or rebuild with CUDA");
 }
@@ -105,20 +105,31 @@ void check_cu_seqlens_host(const char* op, const Tensor& cu_seqlens, int64_t tok
 
 }  // namespace
 
-// The CUDA backend mirrors every op under the same name and parameters. Each
-// call is one line of the op profile (op_profile.h), under `label` when the
-// name alone would lump different work together; the label is built only
-// while profiling.
-#ifdef BB_WITH_CUDA
-#define BB_DISPATCH_CUDA_LABELLED(label, fn, first, ...)                                              \
-  {                                                                                                   \
+// Each backend call is one line of the op profile (op_profile.h): `label`
+// names it (built only while profiling), `first` is a tensor of the call,
+// whose device says where to time it. The CUDA backend mirrors every op under
+// the same name and parameters.
+#define BB_TIMED(first, label, call)                                                                        \
+  {                                                                                                         \
     profile::Scope bb_op_scope_((first).device(), profile::enabled() ? std::string(label) : std::string()); \
-    return cuda::fn(first __VA_OPT__(, ) __VA_ARGS__);                                                 \
+    return call;                                                                                            \
   }
+#define BB_DISPATCH_CPU(fn, first, ...) BB_TIMED(first, #fn, cpu::fn(first __VA_OPT__(, ) __VA_ARGS__))
+#ifdef BB_WITH_CUDA
+#define BB_DISPATCH_CUDA(fn, first, ...) BB_TIMED(first, #fn, cuda::fn(first __VA_OPT__(, ) __VA_ARGS__))
+#define BB_TIMED_CUDA(first, label, call) BB_TIMED(first, label, call)
 #else
-#define BB_DISPATCH_CUDA_LABELLED(label, fn, ...) no_cuda_build(#fn)
+#define BB_DISPATCH_CUDA(fn, ...) no_cuda_build(#fn)
+#define BB_TIMED_CUDA(first, label, call) no_cuda_build(label)
 #endif
-#define BB_DISPATCH_CUDA(fn, ...) BB_DISPATCH_CUDA_LABELLED(#fn, fn, __VA_ARGS__)
+
+// "matmul MxNxK TN": the GEMM's sizes and the operands' layouts, so that each
+// projection of a layer has its own line in the profile.
+namespace {
+std::string matmul_label(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b) {
+  return detail::concat("matmul ", m, "x", n, "x", k, " ", trans_a ? "T" : "N", trans_b ? "T" : "N");
+}
+}  // namespace
 
 // ---- GEMM -------------------------------------------------------------------------
 
@@ -135,10 +146,9 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   expect_shape(op, c, "c", {m, n});
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{a, "a"}, {b, "b"}, {c, "c"}});
-    return cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+    BB_TIMED(a, matmul_label(m, n, k_a, trans_a, trans_b), cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta));
   }
-  BB_DISPATCH_CUDA_LABELLED(detail::concat("matmul ", m, "x", n, "x", k_a, " ", trans_a ? "T" : "N", trans_b ? "T" : "N"),
-                            matmul, a, trans_a, b, trans_b, c, alpha, beta);
+  BB_TIMED_CUDA(a, matmul_label(m, n, k_a, trans_a, trans_b), cuda::matmul(a, trans_a, b, trans_b, c, alpha, beta));
 }
 
 // ---- elementwise ------------------------------------------------------------------------
@@ -150,7 +160,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
   expect_shape(op, out, "out", a.shape());
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{a, "a"}, {b, "b"}, {out, "out"}});
-    return cpu::add(a, b, out);
+    BB_DISPATCH_CPU(add, a, b, out);
   }
   BB_DISPATCH_CUDA(add, a, b, out);
 }
@@ -162,7 +172,7 @@ void add_(Tensor& acc, const Tensor& x, double alpha) {
   if (dev.is_cpu()) {
     expect_cpu_float(op, {acc, "acc"});
     expect_cpu_float(op, {x, "x"});
-    return cpu::add_(acc, x, alpha);
+    BB_DISPATCH_CPU(add_, acc, x, alpha);
   }
   BB_DISPATCH_CUDA(add_, acc, x, alpha);
 }
@@ -172,7 +182,7 @@ void scale_(Tensor& x, double s) {
   const Device dev = common_device(op, {{x, "x"}});
   if (dev.is_cpu()) {
     expect_cpu_float(op, {x, "x"});
-    return cpu::scale_(x, s);
+    BB_DISPATCH_CPU(scale_, x, s);
   }
   BB_DISPATCH_CUDA(scale_, x, s);
 }
@@ -184,7 +194,7 @@ void mul(const Tensor& a, const Tensor& b, Tensor& out) {
   expect_shape(op, out, "out", a.shape());
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{a, "a"}, {b, "b"}, {out, "out"}});
-    return cpu::mul(a, b, out);
+    BB_DISPATCH_CPU(mul, a, b, out);
   }
   BB_DISPATCH_CUDA(mul, a, b, out);
 }
@@ -195,7 +205,7 @@ double sum(const Tensor& x) {
   const char* op = "sum";
   if (common_device(op, {{x, "x"}}).is_cpu()) {
     expect_cpu_float(op, {x, "x"});
-    return cpu::sum(x);
+    BB_DISPATCH_CPU(sum, x);
   }
   BB_DISPATCH_CUDA(sum, x);
 }
@@ -204,7 +214,7 @@ double sum_squares(const Tensor& x) {
   const char* op = "sum_squares";
   if (common_device(op, {{x, "x"}}).is_cpu()) {
     expect_cpu_float(op, {x, "x"});
-    return cpu::sum_squares(x);
+    BB_DISPATCH_CPU(sum_squares, x);
   }
   BB_DISPATCH_CUDA(sum_squares, x);
 }
@@ -213,7 +223,7 @@ int64_t count_zeros(const Tensor& x) {
   const char* op = "count_zeros";
   if (common_device(op, {{x, "x"}}).is_cpu()) {
     expect_cpu_float(op, {x, "x"});
-    return cpu::count_zeros(x);
+    BB_DISPATCH_CPU(count_zeros, x);
   }
   BB_DISPATCH_CUDA(count_zeros, x);
 }
@@ -222,7 +232,7 @@ bool all_finite(const Tensor& x) {
   const char* op = "all_finite";
   if (common_device(op, {{x, "x"}}).is_cpu()) {
     expect_cpu_float(op, {x, "x"});
-    return cpu::all_finite(x);
+    BB_DISPATCH_CPU(all_finite, x);
   }
   BB_DISPATCH_CUDA(all_finite, x);
 }
@@ -238,7 +248,7 @@ void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_st
   expect_shape(op, out, "out", {ids.size(0), weight.size(1)});
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{weight, "weight"}, {out, "out"}});
-    return cpu::embedding_forward(weight, ids, vocab_start, out);
+    BB_DISPATCH_CPU(embedding_forward, weight, ids, vocab_start, out);
   }
   BB_DISPATCH_CUDA(embedding_forward, weight, ids, vocab_start, out);
 }
@@ -252,7 +262,7 @@ void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab
   expect_shape(op, grad_out, "grad_out", {ids.size(0), grad_weight.size(1)});
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{grad_out, "grad_out"}, {grad_weight, "grad_weight"}});
-    return cpu::embedding_backward(grad_out, ids, vocab_start, grad_weight);
+    BB_DISPATCH_CPU(embedding_backward, grad_out, ids, vocab_start, grad_weight);
   }
   BB_DISPATCH_CUDA(embedding_backward, grad_out, ids, vocab_start, grad_weight);
 }
@@ -281,7 +291,7 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Te
   BB_CHECK(eps >= 0.0, op, ": eps is negative (", eps, ")");
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{x, "x"}, {w, "w"}, {y, "y"}, {rstd, "rstd"}});
-    return cpu::rmsnorm_forward(x, w, eps, y, rstd);
+    BB_DISPATCH_CPU(rmsnorm_forward, x, w, eps, y, rstd);
   }
   BB_DISPATCH_CUDA(rmsnorm_forward, x, w, eps, y, rstd);
 }
@@ -298,7 +308,7 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
   expect_shape(op, dw, "dw", w.shape());
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{x, "x"}, {dy, "dy"}, {w, "w"}, {rstd, "rstd"}, {dx, "dx"}, {dw, "dw"}});
-    return cpu::rmsnorm_backward(dy, x, w, rstd, dx, dw);
+    BB_DISPATCH_CPU(rmsnorm_backward, dy, x, w, rstd, dx, dw);
   }
   BB_DISPATCH_CUDA(rmsnorm_backward, dy, x, w, rstd, dx, dw);
 }
@@ -330,7 +340,7 @@ void rope_forward(const Tensor& x, const Tensor& position_ids, const Tensor& inv
   check_rope(op, x, "x", position_ids, inv_freq, out, "out", dev);
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{x, "x"}, {out, "out"}});
-    return cpu::rope_forward(x, position_ids, inv_freq, out);
+    BB_DISPATCH_CPU(rope_forward, x, position_ids, inv_freq, out);
   }
   BB_DISPATCH_CUDA(rope_forward, x, position_ids, inv_freq, out);
 }
@@ -341,7 +351,7 @@ void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& i
   check_rope(op, dy, "dy", position_ids, inv_freq, dx, "dx", dev);
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{dy, "dy"}, {dx, "dx"}});
-    return cpu::rope_backward(dy, position_ids, inv_freq, dx);
+    BB_DISPATCH_CPU(rope_backward, dy, position_ids, inv_freq, dx);
   }
   BB_DISPATCH_CUDA(rope_backward, dy, position_ids, inv_freq, dx);
 }
@@ -357,7 +367,7 @@ void swiglu_forward(const Tensor& gate_up, Tensor& out) {
   expect_shape(op, out, "out", {gate_up.size(0), gate_up.size(1) / 2});
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{gate_up, "gate_up"}, {out, "out"}});
-    return cpu::swiglu_forward(gate_up, out);
+    BB_DISPATCH_CPU(swiglu_forward, gate_up, out);
   }
   BB_DISPATCH_CUDA(swiglu_forward, gate_up, out);
 }
@@ -370,7 +380,7 @@ void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_u
   expect_shape(op, d_gate_up, "d_gate_up", gate_up.shape());
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{dout, "dout"}, {gate_up, "gate_up"}, {d_gate_up, "d_gate_up"}});
-    return cpu::swiglu_backward(dout, gate_up, d_gate_up);
+    BB_DISPATCH_CPU(swiglu_backward, dout, gate_up, d_gate_up);
   }
   BB_DISPATCH_CUDA(swiglu_backward, dout, gate_up, d_gate_up);
 }
@@ -388,7 +398,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"}});
     check_cu_seqlens_host(op, cu_seqlens, q.size(0), max_seqlen);
-    return cpu::attention_forward(q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
+    BB_DISPATCH_CPU(attention_forward, q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
   }
   BB_DISPATCH_CUDA(attention_forward, q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
 }
@@ -410,7 +420,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
     expect_cpu_same_float(op, {{q, "q"}, {dout, "dout"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
                                {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
     check_cu_seqlens_host(op, cu_seqlens, q.size(0), max_seqlen);
-    return cpu::attention_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
+    BB_DISPATCH_CPU(attention_backward, dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
   }
   BB_DISPATCH_CUDA(attention_backward, dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
 }
@@ -424,7 +434,7 @@ void logits_row_max(const Tensor& logits, Tensor& row_max) {
   expect_shape(op, row_max, "row_max", {logits.size(0)});
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{logits, "logits"}, {row_max, "row_max"}});
-    return cpu::logits_row_max(logits, row_max);
+    BB_DISPATCH_CPU(logits_row_max, logits, row_max);
   }
   BB_DISPATCH_CUDA(logits_row_max, logits, row_max);
 }
@@ -444,7 +454,7 @@ void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Ten
   if (dev.is_cpu()) {
     expect_cpu_same_float(
         op, {{logits, "logits"}, {row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"}});
-    return cpu::logits_sumexp_target(logits, row_max, labels, vocab_start, sumexp, target_logit);
+    BB_DISPATCH_CPU(logits_sumexp_target, logits, row_max, labels, vocab_start, sumexp, target_logit);
   }
   BB_DISPATCH_CUDA(logits_sumexp_target, logits, row_max, labels, vocab_start, sumexp, target_logit);
 }
@@ -462,7 +472,7 @@ void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tenso
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"},
                                {lse, "lse"}, {loss, "loss"}});
-    return cpu::cross_entropy_loss(row_max, sumexp, target_logit, lse, loss);
+    BB_DISPATCH_CPU(cross_entropy_loss, row_max, sumexp, target_logit, lse, loss);
   }
   BB_DISPATCH_CUDA(cross_entropy_loss, row_max, sumexp, target_logit, lse, loss);
 }
@@ -481,7 +491,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t 
   expect_shape(op, dlogits, "dlogits", logits.shape());
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{logits, "logits"}, {lse, "lse"}, {dloss, "dloss"}, {dlogits, "dlogits"}});
-    return cpu::cross_entropy_backward(logits, labels, vocab_start, lse, dloss, dlogits);
+    BB_DISPATCH_CPU(cross_entropy_backward, logits, labels, vocab_start, lse, dloss, dlogits);
   }
   BB_DISPATCH_CUDA(cross_entropy_backward, logits, labels, vocab_start, lse, dloss, dlogits);
 }
@@ -505,7 +515,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   if (dev.is_cpu()) {
     expect_cpu_same_float(
         op, {{param, "param"}, {grad, "grad"}, {exp_avg, "exp_avg"}, {exp_avg_sq, "exp_avg_sq"}});
-    return cpu::adamw_step(param, grad, exp_avg, exp_avg_sq, hp);
+    BB_DISPATCH_CPU(adamw_step, param, grad, exp_avg, exp_avg_sq, hp);
   }
   BB_DISPATCH_CUDA(adamw_step, param, grad, exp_avg, exp_avg_sq, hp);
 }

@@ -1,0 +1,45 @@
+// bb-bench as a user runs it: per-step lines, one JSON summary, and with
+// bench.profile_steps the per-op breakdown of a step.
+#include <gtest/gtest.h>
+
+#include "tests/model/hf_fixture.h"
+#include "tests/tools/tool_runner.h"
+
+namespace bb {
+namespace {
+
+TEST(BBBench, ProfileStepsBreakDownAStepByOp) {
+  const std::string dir = test::fixture_dir("qwen3_gqa");
+  const test::ToolResult r = test::run_command(test::tool("bb-bench") + " hf_path=" + dir +
+                                               " bench.seq_len=16 bench.micro_batch_size=2 bench.steps=2 "
+                                               "bench.warmup=1 bench.profile_steps=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("profile over 2 steps"), std::string::npos) << r.out;
+  const nlohmann::json j = test::last_json_line(r.out);
+  EXPECT_EQ(j["num_layers"], 2);
+  const nlohmann::json& p = j["profile"];
+  EXPECT_GT(p["step_ms"].get<double>(), 0.0);
+  EXPECT_EQ(p["comm_ms_per_step"].get<double>(), 0.0);   // one rank on the host: no NCCL
+  double share = 0, attention_calls = -1, adamw_calls = -1;
+  for (const auto& op : p["ops"]) {
+    share += op["share_of_step"].get<double>();
+    if (op["op"] == "attention_forward") attention_calls = op["calls_per_step"].get<double>();
+    if (op["op"] == "adamw_step") adamw_calls = op["calls_per_step"].get<double>();
+  }
+  // Two layers: one attention per layer and microbatch; the optimizer steps once over the flat buffer.
+  EXPECT_EQ(attention_calls, 2.0);
+  EXPECT_EQ(adamw_calls, 1.0);
+  // The ops are part of the step, and most of it on the host.
+  EXPECT_GT(share, 0.3);
+  EXPECT_LT(share, 1.0);
+}
+
+TEST(BBBench, RejectsNegativeProfileSteps) {
+  const std::string dir = test::fixture_dir("qwen3_gqa");
+  const test::ToolResult r = test::run_command(test::tool("bb-bench") + " hf_path=" + dir + " bench.profile_steps=-1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("bench.profile_steps >= 0"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace bb
