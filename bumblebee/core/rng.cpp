@@ -19,10 +19,22 @@ uint64_t Generator::next_u64() { return splitmix64(seed_ * 0x632be59bd9b4e019ull
 
 double Generator::uniform() { return double(next_u64() >> 11) * 0x1.0p-53; }
 
-double Generator::normal() {
-  double u1 = uniform(), u2 = uniform();
+namespace {
+double box_muller(double u1, double u2) {
   if (u1 < 1e-300) u1 = 1e-300;
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+}  // namespace
+
+double Generator::normal() {
+  const double u1 = uniform();
+  return box_muller(u1, uniform());
+}
+
+double Generator::normal_at(uint64_t i) const {
+  // normal() takes two counters per draw.
+  const uint64_t base = seed_ * 0x632be59bd9b4e019ull + 2 * i;
+  return box_muller(double(splitmix64(base) >> 11) * 0x1.0p-53, double(splitmix64(base + 1) >> 11) * 0x1.0p-53);
 }
 
 void Generator::fill_normal(Tensor& t, double std) {

@@ -17,6 +17,10 @@ class Generator {
   uint64_t next_u64();
   double uniform();                  // [0, 1)
   double normal();                   // standard normal (Box-Muller)
+  // The i-th draw of normal() from a fresh generator of this seed, without
+  // drawing the ones before it: any slice of a tensor can be drawn alone, by
+  // any number of threads, with the values of fill_normal on the whole tensor.
+  double normal_at(uint64_t i) const;
   // Fill a tensor (any device, any floating dtype) with N(0, std^2) / U(lo, hi).
   void fill_normal(Tensor& t, double std);
   void fill_uniform(Tensor& t, double lo, double hi);

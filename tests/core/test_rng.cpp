@@ -76,5 +76,12 @@ TEST(Generator, FillMomentsAndRange) {
   EXPECT_GT(hi, 4.9);
 }
 
+TEST(Generator, NormalAtIsTheIthDrawOfAFreshGenerator) {
+  Generator stream(99);
+  const Generator indexed(99);
+  for (uint64_t i = 0; i < 1000; ++i) EXPECT_EQ(stream.normal(), indexed.normal_at(i)) << "draw " << i;
+  EXPECT_NE(Generator(98).normal_at(5), indexed.normal_at(5));
+}
+
 }  // namespace
 }  // namespace bb

@@ -3,8 +3,7 @@
 
 #include <functional>
 
-#include "bumblebee/core/rng.h"
-#include "bumblebee/primitive/ckpt/hf_weights.h"
+#include "bumblebee/primitive/modules/parameter_init.h"
 
 namespace bb {
 
@@ -56,17 +55,14 @@ double DenseDecoder::train_flops(int64_t tokens, int64_t seq_len) const {
 }
 
 void DenseDecoder::init_weights(uint64_t seed) {
-  // Each parameter is drawn whole from a generator keyed by its name, then
-  // sliced, so every tp layout initialises the same model.
+  // Each parameter draws from a generator keyed by its name, at the full
+  // tensor's indices, so every tp layout initialises the same model.
   for (Parameter& p : store_.params()) {
     if (p.init == InitKind::Ones) {
       p.value.fill_(1.0);
       continue;
     }
-    Generator gen(seed ^ std::hash<std::string>{}(p.name));
-    Tensor full = Tensor::empty(p.full_shape, DType::F64);
-    gen.fill_normal(full, cfg_.initializer_range);
-    p.value.copy_from(shard_of_full(p, full));
+    init_normal_shard(p, seed ^ std::hash<std::string>{}(p.name), cfg_.initializer_range);
   }
 }
 

@@ -1,24 +1,28 @@
 // HF weight loading and export for ParamStores.
 #include "bumblebee/primitive/ckpt/hf_weights.h"
 
+#include <cstring>
 #include <set>
 
 namespace bb {
 
 Tensor shard_of_full(const Parameter& p, const Tensor& full) {
-  Tensor src = full.to(DType::F64);
-  Tensor local = Tensor::zeros(p.local_shape, DType::F64);
-  const double* s = src.data<double>();
-  double* d = local.data<double>();
+  // Byte copies in the checkpoint's dtype: exact, and no float64 copy of an
+  // 8B model's tensors; the caller's copy_from casts once.
+  const Tensor src = full.to(Device::cpu());
+  Tensor local = Tensor::zeros(p.local_shape, src.dtype());
+  const size_t es = dtype_size(src.dtype());
+  const char* s = static_cast<const char*>(src.raw());
+  char* d = static_cast<char*>(local.raw());
   if (p.shard == ShardKind::Row) {
     const int64_t rows = p.full_shape[0], cols = p.full_shape[1], lc = p.local_shape[1];
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < lc; ++c) d[r * lc + c] = s[r * cols + p.shard_begin + c];
+      std::memcpy(d + size_t(r * lc) * es, s + size_t(r * cols + p.shard_begin) * es, size_t(lc) * es);
   } else if (p.shard == ShardKind::Replicated) {
-    std::copy(s, s + src.numel(), d);
+    std::memcpy(d, s, src.nbytes());
   } else {
     const int64_t row = shape_numel(p.full_shape) / p.full_shape[0];
-    std::copy(s + p.shard_begin * row, s + (p.shard_begin + p.shard_valid) * row, d);
+    std::memcpy(d, s + size_t(p.shard_begin * row) * es, size_t(p.shard_valid * row) * es);
   }
   return local;
 }

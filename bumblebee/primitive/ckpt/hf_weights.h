@@ -26,7 +26,8 @@ void load_hf_weights(ParamStore& store, const HFCheckpoint& ckpt, const std::str
 void export_hf_weights(ParamStore& store, TensorParallel& tp,
                        const std::function<void(const std::string&, const Tensor&)>& sink);
 
-// This rank's part of a full tensor, as the parameter's local shape (host, float64).
+// This rank's part of a full tensor, as the parameter's local shape (host, in
+// the full tensor's dtype; vocabulary padding rows zero).
 Tensor shard_of_full(const Parameter& p, const Tensor& full);
 
 }  // namespace bb

@@ -1,0 +1,69 @@
+// Shard-local, multi-threaded normal initialisation (parameter_init.h).
+#include "bumblebee/primitive/modules/parameter_init.h"
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "bumblebee/core/rng.h"
+
+namespace bb {
+namespace {
+
+// Fills local rows [begin, end) of `out` ([local rows, local cols]).
+template <class T>
+void draw_rows(const Parameter& p, const Generator& gen, double std, int64_t begin, int64_t end, int64_t local_cols,
+               T* out) {
+  const int64_t full_cols = shape_numel(p.full_shape) / p.full_shape[0];
+  for (int64_t r = begin; r < end; ++r) {
+    T* row = out + r * local_cols;
+    int64_t full_row = r, first_col = 0;
+    if (p.shard == ShardKind::Column || p.shard == ShardKind::Vocab) {
+      if (r >= p.shard_valid) {   // vocabulary padding
+        std::fill(row, row + local_cols, T(0));
+        continue;
+      }
+      full_row = p.shard_begin + r;
+    } else if (p.shard == ShardKind::Row) {
+      first_col = p.shard_begin;
+    }
+    const uint64_t base = uint64_t(full_row * full_cols + first_col);
+    for (int64_t c = 0; c < local_cols; ++c) row[c] = T(std * gen.normal_at(base + uint64_t(c)));
+  }
+}
+
+}  // namespace
+
+void init_normal_shard(Parameter& p, uint64_t seed, double std) {
+  const Generator gen(seed);
+  const Shape& local = p.local_shape;
+  const int64_t rows = local.empty() ? 1 : local[0];
+  const int64_t cols = rows == 0 ? 0 : shape_numel(local) / rows;
+  // Drawn in float64 for float64 parameters, float32 otherwise (then cast once).
+  const DType host_dtype = p.value.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor host = Tensor::empty(local, host_dtype);
+  // Threads only pay off on big tensors; the values do not depend on their number.
+  constexpr int64_t kElementsPerThread = int64_t(1) << 20;
+  const int64_t hw = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
+  const int64_t n_threads = std::clamp<int64_t>(shape_numel(local) / kElementsPerThread, 1, std::min<int64_t>(hw, rows));
+  auto draw = [&](int64_t begin, int64_t end) {
+    if (host_dtype == DType::F64)
+      draw_rows(p, gen, std, begin, end, cols, host.data<double>());
+    else
+      draw_rows(p, gen, std, begin, end, cols, host.data<float>());
+  };
+  if (n_threads == 1) {
+    draw(0, rows);
+  } else {
+    std::vector<std::thread> workers;
+    const int64_t per = (rows + n_threads - 1) / n_threads;
+    for (int64_t t = 0; t < n_threads; ++t) {
+      const int64_t begin = t * per, end = std::min(rows, begin + per);
+      if (begin < end) workers.emplace_back(draw, begin, end);
+    }
+    for (std::thread& w : workers) w.join();
+  }
+  p.value.copy_from(host);
+}
+
+}  // namespace bb

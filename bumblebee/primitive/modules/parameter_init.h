@@ -1,0 +1,20 @@
+// Random initialisation of a parameter's tensor-parallel shard.
+//
+// The value of every element is that of drawing the full HF-shaped tensor
+// with Generator(seed).fill_normal and slicing it, so every tp layout
+// initialises the same model; but each rank draws only its own elements,
+// on all host threads, straight into the parameter's dtype (an 8B model no
+// longer draws 8B float64 values on every rank).
+#pragma once
+
+#include <cstdint>
+
+#include "bumblebee/primitive/modules/parameter.h"
+
+namespace bb {
+
+// p.value = std * N(0, 1) draws of generator `seed` at the full tensor's flat
+// indices of this rank's elements; vocabulary padding rows are zero.
+void init_normal_shard(Parameter& p, uint64_t seed, double std);
+
+}  // namespace bb

@@ -1,0 +1,71 @@
+// init_normal_shard gives every tensor-parallel shard the values of the full
+// tensor drawn by Generator::fill_normal and sliced, in any parameter dtype,
+// with zero vocabulary padding, whatever the number of threads.
+#include <gtest/gtest.h>
+
+#include "bumblebee/core/rng.h"
+#include "bumblebee/primitive/modules/parameter_init.h"
+
+namespace bb {
+namespace {
+
+constexpr uint64_t kSeed = 1234;
+constexpr double kStd = 0.02;
+
+// The full tensor, drawn whole.
+std::vector<double> full_draw(const Shape& shape) {
+  Tensor full = Tensor::empty(shape, DType::F64);
+  Generator(kSeed).fill_normal(full, kStd);
+  return full.to_doubles();
+}
+
+struct ShardCase {
+  ShardKind kind;
+  Shape full;
+  int tp;
+};
+
+class InitNormalShard : public ::testing::TestWithParam<ShardCase> {};
+
+TEST_P(InitNormalShard, EqualsTheSlicedFullDraw) {
+  const ShardCase c = GetParam();
+  const std::vector<double> full = full_draw(c.full);
+  const int64_t rows = c.full[0], cols = c.full.size() > 1 ? c.full[1] : 1;
+  for (DType dtype : {DType::F64, DType::F32}) {
+    for (int rank = 0; rank < c.tp; ++rank) {
+      ParamStore store;
+      Parameter& p = store.add("w", c.full, {c.kind, rank, c.tp});
+      store.allocate(dtype, dtype, Device::cpu());
+      init_normal_shard(p, kSeed, kStd);
+      const std::vector<double> got = p.value.to_doubles();
+      const int64_t local_rows = p.local_shape[0], local_cols = int64_t(got.size()) / local_rows;
+      for (int64_t r = 0; r < local_rows; ++r) {
+        for (int64_t c2 = 0; c2 < local_cols; ++c2) {
+          double want = 0;   // vocabulary padding
+          if (c.kind == ShardKind::Row) {
+            want = full[size_t(r * cols + p.shard_begin + c2)];
+          } else if (c.kind == ShardKind::Replicated) {
+            want = full[size_t(r * local_cols + c2)];
+          } else if (r < p.shard_valid) {
+            want = full[size_t((p.shard_begin + r) * local_cols + c2)];
+          }
+          if (dtype == DType::F32) want = double(float(want));
+          ASSERT_EQ(got[size_t(r * local_cols + c2)], want)
+              << "rank " << rank << " of " << c.tp << ", element (" << r << ", " << c2 << "), " << dtype_name(dtype);
+        }
+      }
+      EXPECT_LE(p.local_shape[0], rows + c.tp);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shards, InitNormalShard,
+    ::testing::Values(ShardCase{ShardKind::Replicated, {37}, 1}, ShardCase{ShardKind::Replicated, {6, 5}, 2},
+                      ShardCase{ShardKind::Column, {8, 5}, 2}, ShardCase{ShardKind::Row, {3, 8}, 4},
+                      ShardCase{ShardKind::Vocab, {11, 4}, 4},
+                      // Big enough to be drawn by several threads.
+                      ShardCase{ShardKind::Row, {1024, 2048}, 2}, ShardCase{ShardKind::Vocab, {4097, 512}, 2}));
+
+}  // namespace
+}  // namespace bb
