@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bumblebee/runtime/train/recipe.h"
+#include "bumblebee/train/recipe.h"
 
 namespace bb::train {
 

@@ -5,7 +5,7 @@
 
 #include "bumblebee/core/error.h"
 #include "bumblebee/data/indexed_dataset_builder.h"
-#include "bumblebee/runtime/train/pretrain_data.h"
+#include "bumblebee/train/pretrain_data.h"
 #include "tests/data/data_test_support.h"
 
 namespace {

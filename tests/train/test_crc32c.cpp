@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "bumblebee/runtime/train/crc32c.h"
+#include "bumblebee/train/crc32c.h"
 
 namespace {
 

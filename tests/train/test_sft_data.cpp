@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/runtime/train/sft_data.h"
+#include "bumblebee/train/sft_data.h"
 #include "tests/data/data_test_support.h"
 
 namespace {

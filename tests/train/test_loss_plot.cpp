@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "bumblebee/runtime/train/loss_plot.h"
+#include "bumblebee/train/loss_plot.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/runtime/train/recipe.h"
+#include "bumblebee/train/recipe.h"
 
 namespace {
 

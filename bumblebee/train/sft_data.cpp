@@ -1,5 +1,5 @@
 // SFT TrainData: JSONL -> conversations -> packed rows -> per-step batches.
-#include "bumblebee/runtime/train/sft_data.h"
+#include "bumblebee/train/sft_data.h"
 
 #include <fstream>
 #include <iomanip>

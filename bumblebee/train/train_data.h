@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bumblebee/runtime/packed_batch.h"
-#include "bumblebee/runtime/train/recipe.h"
+#include "bumblebee/train/recipe.h"
 
 namespace bb::train {
 

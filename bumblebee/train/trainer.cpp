@@ -1,5 +1,5 @@
 // The bb-train loop: steps, validation, stdout / JSONL / TensorBoard logging, final plot and summary.
-#include "bumblebee/runtime/train/trainer.h"
+#include "bumblebee/train/trainer.h"
 
 #include <chrono>
 #include <cmath>
@@ -11,10 +11,10 @@
 #include "bumblebee/core/error.h"
 #include "bumblebee/dist/world.h"
 #include "bumblebee/runtime/runtime.h"
-#include "bumblebee/runtime/train/jsonl_logger.h"
-#include "bumblebee/runtime/train/loss_plot.h"
-#include "bumblebee/runtime/train/tensorboard_writer.h"
-#include "bumblebee/runtime/train/train_data.h"
+#include "bumblebee/train/jsonl_logger.h"
+#include "bumblebee/train/loss_plot.h"
+#include "bumblebee/train/tensorboard_writer.h"
+#include "bumblebee/train/train_data.h"
 
 namespace bb::train {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "bumblebee/runtime/train/train_data.h"
+#include "bumblebee/train/train_data.h"
 
 namespace bb::train {
 

@@ -20,7 +20,7 @@
 
 #include "bumblebee/data/sft_packing.h"
 #include "bumblebee/data/tokenizer.h"
-#include "bumblebee/runtime/train/train_data.h"
+#include "bumblebee/train/train_data.h"
 
 namespace bb::train {
 

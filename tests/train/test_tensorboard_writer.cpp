@@ -6,8 +6,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "bumblebee/runtime/train/crc32c.h"
-#include "bumblebee/runtime/train/tensorboard_writer.h"
+#include "bumblebee/train/crc32c.h"
+#include "bumblebee/train/tensorboard_writer.h"
 #include "tests/data/data_test_support.h"
 
 namespace {

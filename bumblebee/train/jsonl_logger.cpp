@@ -1,5 +1,5 @@
 // JsonlLogger: line-buffered JSON records.
-#include "bumblebee/runtime/train/jsonl_logger.h"
+#include "bumblebee/train/jsonl_logger.h"
 
 #include <cerrno>
 #include <cstring>

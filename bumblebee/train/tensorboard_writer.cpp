@@ -1,5 +1,5 @@
 // Event protobuf encoding, TFRecord framing and the event-file writer.
-#include "bumblebee/runtime/train/tensorboard_writer.h"
+#include "bumblebee/train/tensorboard_writer.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/runtime/train/crc32c.h"
+#include "bumblebee/train/crc32c.h"
 
 namespace bb::train {
 

@@ -1,5 +1,5 @@
 // Pretraining TrainData over GPTDataset / BlendedDataset.
-#include "bumblebee/runtime/train/pretrain_data.h"
+#include "bumblebee/train/pretrain_data.h"
 
 #include <sstream>
 

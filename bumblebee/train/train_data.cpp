@@ -1,5 +1,5 @@
 // make_train_data: tokenises a JSONL corpus when the recipe gives one, then builds pretrain or SFT data.
-#include "bumblebee/runtime/train/train_data.h"
+#include "bumblebee/train/train_data.h"
 
 #include <filesystem>
 #include <sstream>
@@ -8,8 +8,8 @@
 #include "bumblebee/data/preprocess.h"
 #include "bumblebee/data/tokenizer.h"
 #include "bumblebee/dist/world.h"
-#include "bumblebee/runtime/train/pretrain_data.h"
-#include "bumblebee/runtime/train/sft_data.h"
+#include "bumblebee/train/pretrain_data.h"
+#include "bumblebee/train/sft_data.h"
 
 namespace bb::train {
 

@@ -1,5 +1,5 @@
 // SVG rendering of loss curves with "nice" axis ticks.
-#include "bumblebee/runtime/train/loss_plot.h"
+#include "bumblebee/train/loss_plot.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // The recipe schema, file merging and command-line overrides with key and type checks, and validation.
-#include "bumblebee/runtime/train/recipe.h"
+#include "bumblebee/train/recipe.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,5 +1,5 @@
 // Table-driven CRC-32C, one byte at a time (event files are small; speed does not matter here).
-#include "bumblebee/runtime/train/crc32c.h"
+#include "bumblebee/train/crc32c.h"
 
 #include <array>
 
