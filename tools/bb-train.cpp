@@ -3,7 +3,7 @@
 //   bb-train recipe=FILE.json [section.key=value ...]
 //   bb-train help                      (every recipe key with its default and meaning)
 //
-// FILE.json is a recipe (bumblebee/runtime/train/recipe.h, docs/training.md);
+// FILE.json is a recipe (bumblebee/train/recipe.h, docs/training.md);
 // each dotted key=value overrides one recipe key, e.g.
 //   bb-train recipe=recipes/qwen3_tiny_pretrain.json train.steps=50 output.dir=/tmp/run
 // Each step prints loss, grad_norm, lr, tokens/s and elapsed time and is logged
@@ -16,8 +16,8 @@
 #include "bumblebee/core/error.h"
 #include "bumblebee/runtime/cli_args.h"
 #include "bumblebee/runtime/tool_main.h"
-#include "bumblebee/runtime/train/recipe.h"
-#include "bumblebee/runtime/train/trainer.h"
+#include "bumblebee/train/recipe.h"
+#include "bumblebee/train/trainer.h"
 
 using namespace bb;
 
