@@ -15,11 +15,15 @@
 #   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
-# Logs go to $OUT (or /tmp/bb_out); a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# What comes back from a device call: $OUT/summary.txt (everything printed) and
+# $OUT/logs.tgz (every log, refreshed after each stage, so a call cut short
+# still returns what its finished stages wrote).
 OUT=${OUT:-/tmp/bb_out}
-mkdir -p "$OUT"
+LOGS=${LOGS:-$(mktemp -d)}
+mkdir -p "$OUT" "$LOGS"
+exec > >(tee -a "$OUT/summary.txt") 2>&1
 stages=${*:-harness fixtures bench}
 build=${BUILD:-build-h200}   # BUILD=/tmp/... keeps the build between calls on a warm machine
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -39,18 +43,18 @@ if [ -n "$nccl_h" ]; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 t0=$(date +%s)
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-grep "Bumblebee:" "$OUT/cmake.log"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$LOGS/cmake.log" 2>&1 || { tail -30 "$LOGS/cmake.log"; exit 1; }
+grep "Bumblebee:" "$LOGS/cmake.log"
 targets="bb_cuda_ops bb-bench bb-correctness"
 case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
-ninja -C "$build" -j$(nproc) $targets > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -80; exit 1; }
+ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 bin=$build/bin
 mpi2="mpirun --allow-run-as-root -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH${BB_ATTENTION_BACKEND:+ -x BB_ATTENTION_BACKEND}"
 bench_1p7b="hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 bench.num_microbatches=4 bench.warmup=2"
 # The parity model and tokens, made by HF transformers (benchmarks/parity).
 parity_model() {
-  [ -f /tmp/parity/hf_losses.json ] || timeout 200 python3 benchmarks/parity/hf_bf16_reference.py --out /tmp/parity > "$OUT/parity_hf.log" 2>&1 || tail -5 "$OUT/parity_hf.log"
+  [ -f /tmp/parity/hf_losses.json ] || timeout 200 python3 benchmarks/parity/hf_bf16_reference.py --out /tmp/parity > "$LOGS/parity_hf.log" 2>&1 || tail -5 "$LOGS/parity_hf.log"
 }
 parity_args="hf_path=/tmp/parity/model tokens=/tmp/parity/tokens.json device=cuda steps=50 rows_per_step=8 optimizer.lr=1e-4 optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.adam_eps=1e-8 optimizer.weight_decay=0.1 optimizer.clip_grad=1.0"
 
@@ -58,17 +62,17 @@ for stage in $stages; do
   echo "== $stage"
   case $stage in
     harness)
-      timeout 240 $bin/bb_cuda_ops ${HARNESS_FILTER:+--filter $HARNESS_FILTER} > "$OUT/harness.log" 2>&1; echo "exit $?"
-      grep -E "FAIL|passed" "$OUT/harness.log" | tail -40 ;;
+      timeout 240 $bin/bb_cuda_ops ${HARNESS_FILTER:+--filter $HARNESS_FILTER} > "$LOGS/harness.log" 2>&1; echo "exit $?"
+      grep -E "FAIL|passed" "$LOGS/harness.log" | tail -40 ;;
     perf)
-      timeout 200 $bin/bb_cuda_ops --perf 2>&1 | tee "$OUT/perf.log" | grep -v "^$"
-      timeout 150 python3 benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$OUT/sdpa.log" ;;
+      timeout 200 $bin/bb_cuda_ops --perf 2>&1 | tee "$LOGS/perf.log" | grep -v "^$"
+      timeout 150 python3 benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$LOGS/sdpa.log" ;;
     fixtures)
       for f in qwen3_gqa qwen3_mha_sharded qwen3_tp llama3_gqa llama3_tied_f16; do
         d=tests/fixtures/$f
         timeout 60 $bin/bb-correctness hf_path=$d tokens=$d/tokens.json device=cuda steps=5 optimizer.lr=0.01 \
-          optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.weight_decay=0.1 > "$OUT/fix_$f.json" 2> "$OUT/fix_$f.err"
-        python3 - "$d/reference.json" "$OUT/fix_$f.json" "$f" "$OUT/fix_$f.err" <<'PY'
+          optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.weight_decay=0.1 > "$LOGS/fix_$f.json" 2> "$LOGS/fix_$f.err"
+        python3 - "$d/reference.json" "$LOGS/fix_$f.json" "$f" "$LOGS/fix_$f.err" <<'PY'
 import json, sys
 ref = json.load(open(sys.argv[1]))
 try:
@@ -86,18 +90,18 @@ PY
         for rc in ${BB_RECOMPUTE:-none}; do
           timeout 300 $bin/bb-bench hf_path=configs/$m backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 \
             bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 backend.recompute=$rc \
-            bench.profile_steps=${BENCH_PROFILE:-0} output_json="$OUT/bench_${m}_$rc.json" > "$OUT/bench_${m}_$rc.log" 2>&1
-          grep -E "^step" "$OUT/bench_${m}_$rc.log" | tail -2; grep -A25 "^profile over" "$OUT/bench_${m}_$rc.log"
-          tail -1 "$OUT/bench_${m}_$rc.log"
+            bench.profile_steps=${BENCH_PROFILE:-0} output_json="$LOGS/bench_${m}_$rc.json" > "$LOGS/bench_${m}_$rc.log" 2>&1
+          grep -E "^step" "$LOGS/bench_${m}_$rc.log" | tail -2; grep -A25 "^profile over" "$LOGS/bench_${m}_$rc.log"
+          tail -1 "$LOGS/bench_${m}_$rc.log"
         done
       done ;;
     baseline)
-      timeout 400 python3 benchmarks/baselines/hf_train_bench.py --steps 4 --warmup 2 2>&1 | tee "$OUT/baseline.log" | grep "^{" ;;
+      timeout 400 python3 benchmarks/baselines/hf_train_bench.py --steps 4 --warmup 2 2>&1 | tee "$LOGS/baseline.log" | grep "^{" ;;
     parity)
       parity_model
-      timeout 200 $bin/bb-correctness $parity_args > "$OUT/parity_bb.json" 2> "$OUT/parity_bb.err" || tail -5 "$OUT/parity_bb.err"
-      cp /tmp/parity/hf_losses.json "$OUT/parity_hf.json"
-      python3 - "$OUT/parity_hf.json" "$OUT/parity_bb.json" <<'PY'
+      timeout 200 $bin/bb-correctness $parity_args > "$LOGS/parity_bb.json" 2> "$LOGS/parity_bb.err" || tail -5 "$LOGS/parity_bb.err"
+      cp /tmp/parity/hf_losses.json "$LOGS/parity_hf.json"
+      python3 - "$LOGS/parity_hf.json" "$LOGS/parity_bb.json" <<'PY'
 import json, sys
 hf, bb = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 dl = [abs(a - b) / b for a, b in zip(bb["losses"], hf["losses"])]
@@ -113,26 +117,26 @@ PY
       run_fixture="$bin/bb-correctness hf_path=$d tokens=$d/tokens.json device=cuda steps=5"
       for be in cudnn flash; do
         BB_ATTENTION_BACKEND=$be timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-          $run_fixture > "$OUT/memcheck_$be.log" 2>&1
-        echo "memcheck ($be attention): exit $?"; grep -E "ERROR SUMMARY|Invalid|error" "$OUT/memcheck_$be.log" | head -5
+          $run_fixture > "$LOGS/memcheck_$be.log" 2>&1
+        echo "memcheck ($be attention): exit $?"; grep -E "ERROR SUMMARY|Invalid|error" "$LOGS/memcheck_$be.log" | head -5
       done
       BB_ATTENTION_BACKEND=flash timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
-        $run_fixture > "$OUT/racecheck.log" 2>&1
-      echo "racecheck (flash attention): exit $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|hazard" "$OUT/racecheck.log" | head -5 ;;
+        $run_fixture > "$LOGS/racecheck.log" 2>&1
+      echo "racecheck (flash attention): exit $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|hazard" "$LOGS/racecheck.log" | head -5 ;;
     nccl)
-      timeout 90 $mpi2 $bin/bb_mpi_tests > "$OUT/nccl.log" 2>&1; echo "exit $?"
-      grep -E "^\[  (PASSED|FAILED|SKIPPED) |Nccl.*(OK|FAILED)" "$OUT/nccl.log" | sort | uniq -c | head -20 ;;
+      timeout 90 $mpi2 $bin/bb_mpi_tests > "$LOGS/nccl.log" 2>&1; echo "exit $?"
+      grep -E "^\[  (PASSED|FAILED|SKIPPED) |Nccl.*(OK|FAILED)" "$LOGS/nccl.log" | sort | uniq -c | head -20 ;;
     curves)
       parity_model
-      timeout 200 $bin/bb-correctness $parity_args > "$OUT/curve_1gpu.json" 2> "$OUT/curve_1gpu.err" || tail -5 "$OUT/curve_1gpu.err"
+      timeout 200 $bin/bb-correctness $parity_args > "$LOGS/curve_1gpu.json" 2> "$LOGS/curve_1gpu.err" || tail -5 "$LOGS/curve_1gpu.err"
       # Two ranks without tp are dp=2 (dp is what the world leaves over). CURVES picks the runs.
       for p in ${CURVES:-tp dp}; do
         extra=""; [ $p = tp ] && extra="backend.parallel.tp=2"
-        timeout 200 $mpi2 $bin/bb-correctness $parity_args $extra > "$OUT/curve_${p}2.json" 2> "$OUT/curve_${p}2.err" ||
-          tail -5 "$OUT/curve_${p}2.err"
+        timeout 200 $mpi2 $bin/bb-correctness $parity_args $extra > "$LOGS/curve_${p}2.json" 2> "$LOGS/curve_${p}2.err" ||
+          tail -5 "$LOGS/curve_${p}2.err"
       done
-      cp /tmp/parity/hf_losses.json "$OUT/curve_hf.json"
-      python3 - "$OUT" <<'PY'
+      cp /tmp/parity/hf_losses.json "$LOGS/curve_hf.json"
+      python3 - "$LOGS" <<'PY'
 import json, sys
 d = sys.argv[1]
 one = json.load(open(f"{d}/curve_1gpu.json"))
@@ -151,16 +155,17 @@ for name in ["tp2", "dp2"]:
 PY
       ;;
     dpscale)
-      timeout 200 env CUDA_VISIBLE_DEVICES=0 $bin/bb-bench $bench_1p7b bench.steps=4 output_json="$OUT/dpscale_1gpu.json" > "$OUT/dpscale_1gpu.log" 2>&1
-      tail -1 "$OUT/dpscale_1gpu.log"
+      timeout 200 env CUDA_VISIBLE_DEVICES=0 $bin/bb-bench $bench_1p7b bench.steps=4 output_json="$LOGS/dpscale_1gpu.json" > "$LOGS/dpscale_1gpu.log" 2>&1
+      tail -1 "$LOGS/dpscale_1gpu.log"
       timeout 250 $mpi2 $bin/bb-bench $bench_1p7b bench.steps=4 bench.profile_steps=2 \
-        output_json="$OUT/dpscale_dp2.json" > "$OUT/dpscale_dp2.log" 2>&1
-      grep -E "^step" "$OUT/dpscale_dp2.log" | tail -1; grep -A40 "^profile over" "$OUT/dpscale_dp2.log" || tail -5 "$OUT/dpscale_dp2.log"
-      python3 -c "import json; a=json.load(open('$OUT/dpscale_1gpu.json')); b=json.load(open('$OUT/dpscale_dp2.json')); print(f\"dp=2 {b['tok_per_s']:.0f} tok/s vs 1 GPU {a['tok_per_s']:.0f}: {b['tok_per_s']/a['tok_per_s']:.3f}x\")" ;;
+        output_json="$LOGS/dpscale_dp2.json" > "$LOGS/dpscale_dp2.log" 2>&1
+      grep -E "^step" "$LOGS/dpscale_dp2.log" | tail -1; grep -A40 "^profile over" "$LOGS/dpscale_dp2.log" || tail -5 "$LOGS/dpscale_dp2.log"
+      python3 -c "import json; a=json.load(open('$LOGS/dpscale_1gpu.json')); b=json.load(open('$LOGS/dpscale_dp2.json')); print(f\"dp=2 {b['tok_per_s']:.0f} tok/s vs 1 GPU {a['tok_per_s']:.0f}: {b['tok_per_s']/a['tok_per_s']:.3f}x\")" ;;
     tp8b)
       timeout 400 $mpi2 $bin/bb-bench hf_path=configs/qwen3-8b backend.device=cuda backend.parallel.tp=2 \
         bench.truncate_layers=${TP8B_LAYERS:-36} bench.seq_len=4096 bench.micro_batch_size=1 bench.num_microbatches=4 \
-        bench.steps=${TP8B_STEPS:-3} bench.warmup=2 bench.profile_steps=1 output_json="$OUT/tp8b.json" > "$OUT/tp8b.log" 2>&1
-      grep -E "^step|^\{" "$OUT/tp8b.log" | tail -3; grep -A30 "^profile over" "$OUT/tp8b.log" | head -32 || tail -5 "$OUT/tp8b.log" ;;
+        bench.steps=${TP8B_STEPS:-3} bench.warmup=2 bench.profile_steps=1 output_json="$LOGS/tp8b.json" > "$LOGS/tp8b.log" 2>&1
+      grep -E "^step|^\{" "$LOGS/tp8b.log" | tail -3; grep -A30 "^profile over" "$LOGS/tp8b.log" | head -32 || tail -5 "$LOGS/tp8b.log" ;;
   esac
+  tar czf "$OUT/logs.tgz" -C "$LOGS" .
 done
