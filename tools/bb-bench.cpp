@@ -17,11 +17,13 @@
 // per op (GEMMs by shape), per step, with its share of the step and the time
 // in NCCL collectives. The timed steps run without it, so profiling does not
 // change the throughput figures.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -56,23 +58,41 @@ nlohmann::json profile(Step& timed_step, int64_t steps, bool root) {
   step_ms /= double(steps);
   double compute_ms = 0, comm_ms = 0;
   nlohmann::json table = nlohmann::json::array();
+  std::map<std::string, std::pair<double, double>> groups;   // group -> (ms, flops) per step
   for (const auto& t : ops_time) {
     const double ms = t.ms / double(steps);
     (t.communication ? comm_ms : compute_ms) += ms;
-    table.push_back({{"op", t.name}, {"calls_per_step", double(t.calls) / double(steps)}, {"ms_per_step", ms},
-                     {"share_of_step", ms / step_ms}});
+    groups[t.group].first += ms;
+    groups[t.group].second += t.flops / double(steps);
+    table.push_back({{"op", t.name}, {"group", t.group}, {"calls_per_step", double(t.calls) / double(steps)},
+                     {"ms_per_step", ms}, {"share_of_step", ms / step_ms}});
+  }
+  std::vector<std::pair<std::string, std::pair<double, double>>> by_time(groups.begin(), groups.end());
+  std::sort(by_time.begin(), by_time.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  nlohmann::json group_table = nlohmann::json::array();
+  for (const auto& [group, g] : by_time) {
+    nlohmann::json row = {{"group", group}, {"ms_per_step", g.first}, {"share_of_step", g.first / step_ms}};
+    if (g.second > 0) row["tflops"] = g.second / (g.first * 1e-3) / 1e12;
+    group_table.push_back(row);
   }
   if (root) {
     std::printf("profile over %lld steps: step %.1f ms, compute ops %.1f ms (%.1f%%), "
                 "NCCL collectives %.1f ms (%.1f%%, partly overlapped)\n",
                 (long long)steps, step_ms, compute_ms, 100 * compute_ms / step_ms, comm_ms, 100 * comm_ms / step_ms);
+    for (const auto& row : group_table) {
+      std::printf("%8.2f %6.1f%%  %s", row["ms_per_step"].get<double>(), 100 * row["share_of_step"].get<double>(),
+                  row["group"].get<std::string>().c_str());
+      if (row.contains("tflops")) std::printf(" (%.3g TFLOP/s)", row["tflops"].get<double>());
+      std::printf("\n");
+    }
     std::printf("%8s %7s %7s  %s\n", "ms/step", "share", "calls", "op");
     for (const auto& row : table)
       std::printf("%8.2f %6.1f%% %7.0f  %s\n", row["ms_per_step"].get<double>(),
                   100 * row["share_of_step"].get<double>(), row["calls_per_step"].get<double>(),
                   row["op"].get<std::string>().c_str());
   }
-  return {{"step_ms", step_ms}, {"compute_ms_per_step", compute_ms}, {"comm_ms_per_step", comm_ms}, {"ops", table}};
+  return {{"step_ms", step_ms}, {"compute_ms_per_step", compute_ms}, {"comm_ms_per_step", comm_ms},
+          {"groups", group_table}, {"ops", table}};
 }
 
 int run(int argc, char** argv) {

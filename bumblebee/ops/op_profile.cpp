@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <map>
 
@@ -26,6 +27,27 @@ struct Record {
 
 bool g_enabled = false;
 std::vector<Record> g_records;
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+std::string group_of(const std::string& op) {
+  if (starts_with(op, "matmul")) return "gemm";
+  if (starts_with(op, "attention")) return "attention";
+  if (starts_with(op, "nccl ")) return "communication";
+  if (starts_with(op, "rmsnorm")) return "norm";
+  if (starts_with(op, "logits_") || starts_with(op, "cross_entropy")) return "cross entropy";
+  if (starts_with(op, "embedding")) return "embedding";
+  if (op == "adamw_step" || op == "sum_squares" || op == "count_zeros" || op == "all_finite" || op == "sum")
+    return "optimizer";
+  return "elementwise";   // swiglu, rope, add, add_, mul, scale_
+}
+
+// 2 M N K of a "matmul MxNxK .." label, else 0.
+double gemm_flops(const std::string& op) {
+  long long m = 0, n = 0, k = 0;
+  if (std::sscanf(op.c_str(), "matmul %lldx%lldx%lld", &m, &n, &k) != 3) return 0;
+  return 2.0 * double(m) * double(n) * double(k);
+}
 
 }  // namespace
 
@@ -79,7 +101,9 @@ std::vector<OpTime> take() {
     t.name = r.name;
     t.calls += 1;
     t.ms += ms;
-    t.communication = r.name.rfind("nccl ", 0) == 0;
+    t.group = group_of(r.name);
+    t.communication = t.group == "communication";
+    t.flops += gemm_flops(r.name);
   }
 #ifdef BB_WITH_CUDA
   cuda::release_timing_events();

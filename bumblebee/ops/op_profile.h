@@ -43,6 +43,10 @@ struct OpTime {
   int64_t calls = 0;
   double ms = 0;
   bool communication = false;   // an NCCL collective
+  // What kind of work: gemm, attention, norm, elementwise, cross entropy,
+  // optimizer, embedding, communication.
+  std::string group;
+  double flops = 0;   // GEMMs: 2 M N K per call, over all calls; 0 for the rest
 };
 
 // Waits for every timed op, returns the totals per name since the last take()

@@ -48,6 +48,10 @@ TEST(OpProfile, CountsCallsPerLabelAndTimesThem) {
   EXPECT_EQ(norm->calls, 1);
   EXPECT_GT(mm->ms, 0.0);
   EXPECT_FALSE(mm->communication);
+  EXPECT_EQ(mm->group, "gemm");
+  EXPECT_EQ(mm->flops, 3 * 2.0 * 64 * 32 * 48);
+  EXPECT_EQ(norm->group, "norm");
+  EXPECT_EQ(norm->flops, 0.0);
   EXPECT_GE(t[0].ms, t[1].ms);   // largest first
   EXPECT_TRUE(ops::profile::take().empty());   // take() starts a new tally
 }

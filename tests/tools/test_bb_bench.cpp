@@ -26,6 +26,14 @@ TEST(BBBench, ProfileStepsBreakDownAStepByOp) {
     if (op["op"] == "attention_forward") attention_calls = op["calls_per_step"].get<double>();
     if (op["op"] == "adamw_step") adamw_calls = op["calls_per_step"].get<double>();
   }
+  // Groups add up the ops; only GEMMs carry FLOPs.
+  double group_ms = 0, op_ms = 0;
+  for (const auto& g : p["groups"]) {
+    group_ms += g["ms_per_step"].get<double>();
+    EXPECT_EQ(g.contains("tflops"), g["group"] == "gemm") << g.dump();
+  }
+  for (const auto& op : p["ops"]) op_ms += op["ms_per_step"].get<double>();
+  EXPECT_NEAR(group_ms, op_ms, 1e-9 * op_ms);
   // Two layers: one attention per layer and microbatch; the optimizer steps once over the flat buffer.
   EXPECT_EQ(attention_calls, 2.0);
   EXPECT_EQ(adamw_calls, 1.0);
