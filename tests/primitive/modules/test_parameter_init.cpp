@@ -25,6 +25,16 @@ struct ShardCase {
   int tp;
 };
 
+// "Row_3_8_tp4": readable test names, and what gtest prints for the parameter.
+std::string case_name(const ShardCase& c) {
+  const char* kinds[] = {"Replicated", "Column", "Row", "Vocab"};
+  std::string name = kinds[int(c.kind)];
+  for (int64_t d : c.full) name += "_" + std::to_string(d);
+  return name + "_tp" + std::to_string(c.tp);
+}
+std::string test_name(const ::testing::TestParamInfo<ShardCase>& info) { return case_name(info.param); }
+void PrintTo(const ShardCase& c, std::ostream* os) { *os << case_name(c); }
+
 class InitNormalShard : public ::testing::TestWithParam<ShardCase> {};
 
 TEST_P(InitNormalShard, EqualsTheSlicedFullDraw) {
@@ -65,7 +75,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ShardCase{ShardKind::Column, {8, 5}, 2}, ShardCase{ShardKind::Row, {3, 8}, 4},
                       ShardCase{ShardKind::Vocab, {11, 4}, 4},
                       // Big enough to be drawn by several threads.
-                      ShardCase{ShardKind::Row, {1024, 2048}, 2}, ShardCase{ShardKind::Vocab, {4097, 512}, 2}));
+                      ShardCase{ShardKind::Row, {1024, 2048}, 2}, ShardCase{ShardKind::Vocab, {4097, 512}, 2}),
+    test_name);
 
 }  // namespace
 }  // namespace bb
