@@ -68,8 +68,8 @@ struct Shape4 {
   int64_t seqs, seqlen, heads_q, heads_kv, dim;
   std::vector<int64_t> q_dim() const { return {seqs, heads_q, seqlen, dim}; }
   std::vector<int64_t> kv_dim() const { return {seqs, heads_kv, seqlen, dim}; }
-  // Token-major THD strides; the batch stride is a placeholder, the ragged
-  // offsets place each sequence.
+  // Token-major THD strides. With ragged offsets cuDNN places each sequence
+  // by its offset, so the batch stride only has to be a valid dense value.
   std::vector<int64_t> q_stride() const { return {seqlen * heads_q * dim, dim, heads_q * dim, 1}; }
   std::vector<int64_t> kv_stride() const { return {seqlen * heads_kv * dim, dim, heads_kv * dim, 1}; }
 };
