@@ -121,6 +121,30 @@ TEST(BadBatch, SeqLensDisagreeWithTokens) {
   EXPECT_THROW(b.validate(), Error);
 }
 
+TEST_F(BrokenFixture, SlidingWindowIsNotImplementedYet) {
+  nlohmann::json j = config();
+  j["use_sliding_window"] = true;
+  write_config(j);
+  EXPECT_NE(build_error().find("sliding-window attention is not implemented"), std::string::npos) << build_error();
+}
+
+// Features of later work are rejected up front with a message naming them, never silently ignored.
+TEST_F(BrokenFixture, LaterFeaturesAreClearErrors) {
+  const std::vector<std::pair<std::function<void(BBConfig&)>, std::string>> cases = {
+      {[](BBConfig& b) { b.parallel.pp = 2; }, "pipeline parallelism (pp/vpp/pp_layout) is not implemented yet"},
+      {[](BBConfig& b) { b.parallel.vpp = 2; }, "pipeline parallelism (pp/vpp/pp_layout) is not implemented yet"},
+      {[](BBConfig& b) { b.parallel.cp = 2; }, "context parallelism (cp) is not implemented yet"},
+      {[](BBConfig& b) { b.parallel.ep = 2; }, "expert parallelism (ep/etp) needs an MoE model"},
+      {[](BBConfig& b) { b.optimizer.offload_fraction = 0.5; }, "optimizer.offload_fraction is not implemented yet"},
+  };
+  for (const auto& [edit, message] : cases) {
+    BBConfig b;
+    edit(b);
+    const std::string e = build_error(b);
+    EXPECT_NE(e.find(message), std::string::npos) << "expected '" << message << "', got '" << e << "'";
+  }
+}
+
 TEST(BadConfig, UnknownBackendAndUnimplementedParallelism) {
   RuntimeConfig cfg;
   cfg.hf_path = test::fixture_dir("qwen3_gqa");
