@@ -4,10 +4,11 @@
 #   harness   CUDA-vs-CPU op harness (tests/cuda), forward and backward
 #   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py)
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers
-#   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096); BENCH_PROFILE=N adds
-#             N profiled steps: where a step's device time goes, per op
-#   baseline  the PyTorch + HF transformers baseline (benchmarks/baselines) in the same session
-#   parity    50-step bf16 parity against HF transformers (benchmarks/parity)
+#   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096; BENCH_MODELS picks);
+#             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op
+#   baseline  the PyTorch + HF transformers baseline (benchmarks/baselines) in the same session, same models
+#   parity    50-step bf16 parity against HF transformers (benchmarks/parity); PARITY_EXTRA adds
+#             bb-correctness arguments
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
 # Stages for two GPUs (nvidia-h200-x2), one MPI rank per GPU, collectives over NCCL:
@@ -86,7 +87,7 @@ print(f"{sys.argv[3]:18s} bf16 vs HF f64: loss {rel(o['loss'], ref['loss']):.2e}
 PY
       done ;;
     bench)
-      for m in qwen3-0.6b qwen3-1.7b; do
+      for m in ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b}; do
         for rc in ${BB_RECOMPUTE:-none}; do
           timeout 300 $bin/bb-bench hf_path=configs/$m backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 \
             bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 backend.recompute=$rc \
@@ -96,10 +97,10 @@ PY
         done
       done ;;
     baseline)
-      timeout 400 python3 benchmarks/baselines/hf_train_bench.py --steps 4 --warmup 2 2>&1 | tee "$LOGS/baseline.log" | grep "^{" ;;
+      timeout 400 python3 benchmarks/baselines/hf_train_bench.py --models ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b} --steps 4 --warmup 2 2>&1 | tee "$LOGS/baseline.log" | grep "^{" ;;
     parity)
       parity_model
-      timeout 200 $bin/bb-correctness $parity_args > "$LOGS/parity_bb.json" 2> "$LOGS/parity_bb.err" || tail -5 "$LOGS/parity_bb.err"
+      timeout 200 $bin/bb-correctness $parity_args ${PARITY_EXTRA:-} > "$LOGS/parity_bb.json" 2> "$LOGS/parity_bb.err" || tail -5 "$LOGS/parity_bb.err"
       cp /tmp/parity/hf_losses.json "$LOGS/parity_hf.json"
       python3 - "$LOGS/parity_hf.json" "$LOGS/parity_bb.json" <<'PY'
 import json, sys
