@@ -97,7 +97,11 @@ PY
         done
       done ;;
     baseline)
-      timeout 400 python3 benchmarks/baselines/hf_train_bench.py --models ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b} --steps 4 --warmup 2 2>&1 | tee "$LOGS/baseline.log" | grep "^{" ;;
+      gpu_clocks="clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active"
+      nvidia-smi --query-gpu=$gpu_clocks --format=csv
+      timeout 450 python3 benchmarks/baselines/hf_train_bench.py --models ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b} 2>&1 |
+        tee "$LOGS/baseline.log" | grep "^{"
+      nvidia-smi --query-gpu=$gpu_clocks --format=csv,noheader ;;
     parity)
       parity_model
       timeout 200 $bin/bb-correctness $parity_args ${PARITY_EXTRA:-} > "$LOGS/parity_bb.json" 2> "$LOGS/parity_bb.err" || tail -5 "$LOGS/parity_bb.err"
