@@ -7,8 +7,8 @@
 #   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096; BENCH_MODELS picks);
 #             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op
 #   baseline  the PyTorch + HF transformers baseline (benchmarks/baselines) in the same session, same models
-#   parity    50-step bf16 parity against HF transformers (benchmarks/parity); PARITY_EXTRA adds
-#             bb-correctness arguments
+#   parity    50-step bf16 parity against HF transformers (benchmarks/parity): bb with an fp32 and a bf16
+#             residual stream against HF under autocast, and HF with a bf16 residual stream against both
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
 # Stages for two GPUs (nvidia-h200-x2), one MPI rank per GPU, collectives over NCCL:
@@ -104,20 +104,22 @@ PY
       nvidia-smi --query-gpu=$gpu_clocks --format=csv,noheader ;;
     parity)
       parity_model
-      timeout 200 $bin/bb-correctness $parity_args ${PARITY_EXTRA:-} > "$LOGS/parity_bb.json" 2> "$LOGS/parity_bb.err" || tail -5 "$LOGS/parity_bb.err"
       cp /tmp/parity/hf_losses.json "$LOGS/parity_hf.json"
-      python3 - "$LOGS/parity_hf.json" "$LOGS/parity_bb.json" <<'PY'
-import json, sys
-hf, bb = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-dl = [abs(a - b) / b for a, b in zip(bb["losses"], hf["losses"])]
-dg = [abs(a - b) / b for a, b in zip(bb["grad_norms"], hf["grad_norms"])]
-print(f"parity over {len(dl)} steps: max loss diff {max(dl):.3%} (step {dl.index(max(dl))}), max grad-norm diff {max(dg):.3%}")
-print("hf loss", [round(x, 4) for x in hf["losses"][::10]], "bb loss", [round(x, 4) for x in bb["losses"][::10]])
-print("grad-norm diff per step (%):", [round(100 * x, 1) for x in dg])
-print("hf grad norms", [round(x, 3) for x in hf["grad_norms"][::5]], "bb", [round(x, 3) for x in bb["grad_norms"][::5]])
-PY
-      ;;
-      sanitizer)
+      for res in fp32 bf16; do
+        flag=false; [ $res = fp32 ] && flag=true
+        timeout 200 $bin/bb-correctness $parity_args backend.fp32_residual_connection=$flag \
+          > "$LOGS/parity_bb_res$res.json" 2> "$LOGS/parity_bb_res$res.err" || tail -5 "$LOGS/parity_bb_res$res.err"
+      done
+      python3 benchmarks/parity/compare_runs.py hf="$LOGS/parity_hf.json" bb_fp32_residual="$LOGS/parity_bb_resfp32.json" \
+        bb_bf16_residual="$LOGS/parity_bb_resbf16.json"
+      # HF with a bf16 residual stream (bf16 weights and activations, fp32 master weights and AdamW).
+      timeout 200 python3 benchmarks/parity/hf_bf16_reference.py --out /tmp/parity_bf16act --precision bf16act \
+        > "$LOGS/parity_hf_bf16act.log" 2>&1 || tail -5 "$LOGS/parity_hf_bf16act.log"
+      cp /tmp/parity_bf16act/hf_losses.json "$LOGS/parity_hf_bf16act.json"
+      python3 benchmarks/parity/compare_runs.py hf="$LOGS/parity_hf.json" hf_bf16act="$LOGS/parity_hf_bf16act.json"
+      python3 benchmarks/parity/compare_runs.py hf_bf16act="$LOGS/parity_hf_bf16act.json" \
+        bb_bf16_residual="$LOGS/parity_bb_resbf16.json" ;;
+    sanitizer)
       d=tests/fixtures/qwen3_gqa
       run_fixture="$bin/bb-correctness hf_path=$d tokens=$d/tokens.json device=cuda steps=5"
       for be in cudnn flash; do

@@ -99,7 +99,7 @@ int run(int argc, char** argv) {
   const std::vector<std::string> keys = {
       "backend", "hf_path", "output_json", "backend.model_name", "backend.impl", "backend.parallel.tp",
       "backend.parallel.etp", "backend.parallel.ep", "backend.parallel.pp", "backend.parallel.vpp",
-      "backend.parallel.cp", "backend.device", "backend.dtype", "backend.recompute", "backend.load_hf_weights",
+      "backend.parallel.cp", "backend.device", "backend.dtype", "backend.recompute", "backend.fp32_residual_connection", "backend.load_hf_weights",
       "backend.seed", "bench.seq_len", "bench.num_microbatches", "bench.micro_batch_size", "bench.steps",
       "bench.warmup", "bench.truncate_layers", "bench.profile_steps", "optimizer.lr"};
   KeyValueArgs args = KeyValueArgs::parse(argc, argv, keys);
@@ -119,6 +119,7 @@ int run(int argc, char** argv) {
   b.device = args.get("backend.device", "cpu");
   b.dtype = args.get("backend.dtype", "auto");
   b.recompute = args.get("backend.recompute", "none");
+  b.fp32_residual_connection = args.get_bool("backend.fp32_residual_connection", false);
   b.seed = uint64_t(args.get_int("backend.seed", 1234));
   b.load_hf_weights = args.get_bool("backend.load_hf_weights", has_weights(cfg.hf_path));
   b.optimizer.lr = args.get_double("optimizer.lr", 1e-4);
@@ -184,6 +185,7 @@ int run(int argc, char** argv) {
       {"device", rt->device().str()}, {"tp", p.tp}, {"etp", p.etp}, {"ep", p.ep}, {"pp", p.pp}, {"vpp", p.vpp},
       {"cp", p.cp}, {"dp", h.dp_size()}, {"seq_len", seq_len}, {"num_microbatches", num_mb},
       {"micro_batch_size", mbs}, {"num_layers", h.config()["num_layers"]}, {"recompute", b.recompute},
+      {"fp32_residual_connection", b.fp32_residual_connection},
       {"avg_step_ms", avg}, {"peak_mem_gb", peak_gb}, {"tok_per_s", double(tokens_per_step) / (avg * 1e-3)},
       {"tok_per_s_per_gpu", double(tokens_per_step) / (avg * 1e-3) / world},
       {"tflops_per_gpu", flops_per_step / world / (avg * 1e-3) / 1e12},

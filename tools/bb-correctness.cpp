@@ -85,7 +85,7 @@ nlohmann::json per_param_grad_norms(Runtime& rt, ModelHandle& h, double& total_s
 int run(int argc, char** argv) {
   const std::vector<std::string> keys = {
       "hf_path", "tokens", "dtype", "steps", "rows_per_step", "resume_from", "checkpoint_out", "logits_out", "params_out", "backend", "device",
-      "backend.parallel.tp", "optimizer.lr", "optimizer.adam_beta1", "optimizer.adam_beta2",
+      "backend.parallel.tp", "backend.fp32_residual_connection", "optimizer.lr", "optimizer.adam_beta1", "optimizer.adam_beta2",
       "optimizer.adam_eps", "optimizer.weight_decay", "optimizer.clip_grad", "optimizer.grad_bucket_size"};
   KeyValueArgs args = KeyValueArgs::parse(argc, argv, keys);
   BB_CHECK(args.has("hf_path"), "hf_path=DIR is required");
@@ -99,6 +99,7 @@ int run(int argc, char** argv) {
   b.device = args.get("device", "cpu");
   b.dtype = args.get("dtype", Device::parse(b.device).is_cuda() ? "bfloat16" : "float64");
   b.parallel.tp = int(args.get_int("backend.parallel.tp", 1));
+  b.fp32_residual_connection = args.get_bool("backend.fp32_residual_connection", false);
   OptimizerConfig& o = b.optimizer;
   o.lr = args.get_double("optimizer.lr", 1e-3);
   o.adam_beta1 = args.get_double("optimizer.adam_beta1", 0.9);

@@ -19,13 +19,17 @@ Precision (--precision):
   master  (default) fp32 master weights initialised from the saved bf16 values, forward/backward under
           torch.autocast(bfloat16), fp32 grads and AdamW: the usual HF bf16 training (Trainer's bf16=True),
           and the counterpart of a bf16 model with fp32 master weights and optimizer.
+  bf16act bf16 weights and activations in forward and backward (no autocast), grads copied to an fp32 master
+          copy that clipping and AdamW work on, the result rounded back into the bf16 weights: a bf16 model with
+          fp32 master weights whose residual stream is bf16, as bb's is unless fp32_residual_connection is set
+          (autocast keeps HF's residual stream in fp32: the embedding output and every residual add are fp32).
   pure    bf16 weights, bf16 grads, bf16 AdamW states; no fp32 copy anywhere. Updates of lr * O(1) fall below
           half a bf16 ulp of many weights and are lost, so this run departs from master by up to 10 % in loss
           and 80 % in grad norm within 50 steps: compare a master-weight trainer with master, not with pure.
 Both start from exactly the saved bf16 weights. --sdpa-backend pins SDPA's kernel, to measure how far HF drifts
 from itself when only the attention kernel changes.
 
-Run on one GPU:  python benchmarks/parity/hf_bf16_reference.py --out /tmp/parity [--precision master|pure]
+Run on one GPU:  python benchmarks/parity/hf_bf16_reference.py --out /tmp/parity [--precision master|bf16act|pure]
 """
 
 import argparse
@@ -88,17 +92,28 @@ def train(model_dir, batches, precision):
     dtype = torch.float32 if precision == "master" else torch.bfloat16
     model = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa").cuda()
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]),
+    params = list(model.parameters())
+    # bf16act steps an fp32 copy of the bf16 weights; the other modes step the weights themselves.
+    master = [p.detach().float().requires_grad_() for p in params] if precision == "bf16act" else params
+    optimizer = torch.optim.AdamW(master, lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]),
                                   eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"], fused=True)
     losses, grad_norms = [], []
     for step in range(STEPS):
         input_ids = batches[step % NUM_BATCHES].cuda()
         optimizer.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "master"):
             loss = model(input_ids=input_ids, labels=input_ids).loss
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW["clip_grad"])
+        if precision == "bf16act":
+            for m, p in zip(master, params):
+                m.grad = p.grad.float()
+        grad_norm = torch.nn.utils.clip_grad_norm_(master, ADAMW["clip_grad"])
         optimizer.step()
+        if precision == "bf16act":
+            with torch.no_grad():
+                for m, p in zip(master, params):
+                    p.copy_(m)
         losses.append(loss.item())
         grad_norms.append(grad_norm.item())
     return losses, grad_norms
@@ -107,7 +122,7 @@ def train(model_dir, batches, precision):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--precision", choices=["master", "pure"], default="master")
+    parser.add_argument("--precision", choices=["master", "bf16act", "pure"], default="master")
     parser.add_argument("--sdpa-backend", choices=list(SDPA_BACKENDS), default="default")
     args = parser.parse_args()
     if not torch.cuda.is_available():

@@ -34,6 +34,7 @@ struct BuildContext {
   Device device = Device::cpu();
   DType dtype = DType::F32;        // parameter and activation dtype
   DType grad_dtype = DType::F32;   // gradient buffer dtype
+  DType residual_dtype = DType::F32;  // the residual stream between layers: dtype, or float32 over bfloat16
   Recompute recompute = Recompute::None;
   nlohmann::json impl_cfg = nlohmann::json::object();
   double temperature = 1.0;

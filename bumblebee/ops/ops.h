@@ -10,7 +10,9 @@
 // Dtype rules. CPU: every floating tensor of one call has the same dtype
 // (float32 or float64). CUDA: activations are bfloat16; parameter gradients,
 // norm statistics (rstd, lse) and optimizer state are float32; index tensors
-// are int32 or int64 everywhere.
+// are int32 or int64 everywhere. The residual stream may be float32 on CUDA
+// (Megatron's fp32_residual_connection): embedding_forward, add and RMSNorm
+// accept it next to bfloat16 weights and activations, as noted per op.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,8 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
             double alpha = 1.0, double beta = 0.0);
 
 // ---- elementwise ------------------------------------------------------------
+// CUDA: add also takes a and out float32 with b bfloat16 (a bfloat16 branch
+// output added onto the float32 residual stream).
 void add(const Tensor& a, const Tensor& b, Tensor& out);        // out = a + b
 void add_(Tensor& acc, const Tensor& x, double alpha = 1.0);     // acc += alpha * x (dtypes may differ)
 void scale_(Tensor& x, double s);                                // x *= s
@@ -42,6 +46,8 @@ bool all_finite(const Tensor& x);
 // weight [V_local, H], ids [N] (int32/int64, global ids), out [N, H].
 // Rows whose id falls outside [vocab_start, vocab_start + V_local) are zero,
 // which makes the op vocab-parallel: the full row is the sum over TP ranks.
+// CUDA: out has weight's dtype, or is float32 with a bfloat16 weight (rows
+// converted exactly); grad_out bfloat16 or float32; grad_weight float32.
 void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_start, Tensor& out);
 void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start, Tensor& grad_weight);
 
@@ -49,6 +55,8 @@ void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab
 // x [R, n], w [n], y [R, n], rstd [R] = 1/sqrt(mean(x^2) + eps).
 // y = w * (x * rstd), with x*rstd rounded to x's dtype before the weight
 // multiply, as HF transformers does.
+// CUDA: y and dy have w's dtype, dx has x's; x may be float32 with w bfloat16
+// (the rounding above is then the identity); rstd and dw are float32.
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                       Tensor& dw);

@@ -54,6 +54,11 @@ struct BBConfig {
   std::string device = "cpu";          // cpu | cuda | cuda:N (under MPI: cuda:local_rank)
   std::string dtype = "auto";          // auto (cpu: float32, cuda: bfloat16) | float64 | float32 | bfloat16
   std::string recompute = "none";      // none | selective (core attention) | full (whole layer)
+  // Keep the residual stream (embedding output, every layer's input and
+  // output, their gradients) in float32 while the rest of the activations
+  // are bfloat16: Megatron's fp32_residual_connection, and what HF training
+  // under torch.autocast does. A no-op for float32 and float64 runs.
+  bool fp32_residual_connection = false;
   uint64_t seed = 1234;
   double temperature = 1.0;
 };

@@ -120,6 +120,7 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.device = device_;
   ctx.dtype = resolve_dtype(cfg_.backend == "ref" && bcfg.dtype == "auto" ? "float64" : bcfg.dtype, device_);
   ctx.grad_dtype = ctx.dtype == DType::BF16 ? DType::F32 : ctx.dtype;
+  ctx.residual_dtype = bcfg.fp32_residual_connection && ctx.dtype == DType::BF16 ? DType::F32 : ctx.dtype;
   ctx.recompute = recompute_from_name(bcfg.recompute);
   ctx.impl_cfg = bcfg.impl_cfg;
   ctx.temperature = bcfg.temperature;

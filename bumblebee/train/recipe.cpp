@@ -67,6 +67,8 @@ std::vector<RecipeKey> build_keys() {
       {"backend.device", T::String, "cpu", "cpu | cuda | cuda:N"},
       {"backend.dtype", T::String, "auto", "auto (cpu: float32, cuda: bfloat16) | float64 | float32 | bfloat16"},
       {"backend.recompute", T::String, "none", "activation recompute: none | selective | full"},
+      {"backend.fp32_residual_connection", T::Bool, false,
+       "keep the residual stream in float32 under bfloat16 activations"},
       {"output.dir", T::String, "runs/train", "run directory: logs, event files, loss.svg, checkpoint"},
       {"output.save_hf", T::Bool, false, "write the trained model as an HF directory OUT/hf at the end"},
       {"output.save_interval", T::Int, 0,
@@ -341,6 +343,7 @@ Recipe recipe_from_json(const json& resolved) {
   b.dtype = r.str("backend.dtype");
   b.recompute = r.str("backend.recompute");
   check_choice("backend.recompute", b.recompute, {"none", "selective", "full"});
+  b.fp32_residual_connection = r.flag("backend.fp32_residual_connection");
 
   TrainRecipe& t = out.train;
   t.steps = r.integer("train.steps");

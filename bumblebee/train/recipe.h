@@ -6,7 +6,7 @@
 //                  "log_interval", "seed", "resume"},
 //    "optimizer": {the fields of bb::OptimizerConfig},
 //    "parallel":  {"tp"},
-//    "backend":   {"backend", "device", "dtype", "recompute"},
+//    "backend":   {"backend", "device", "dtype", "recompute", "fp32_residual_connection"},
 //    "output":    {"dir", "save_hf", "save_interval"}}
 //
 // Every key has a default (recipe_keys() lists them with their types and

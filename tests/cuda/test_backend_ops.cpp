@@ -108,6 +108,15 @@ void elementwise_cases(std::vector<Case>& cases) {
                          return std::vector<Check>{compare("x", x, bound_for(dt))};
                        }});
     }
+    // The float32 residual stream plus a bfloat16 branch output.
+    cases.push_back({"add", fmt("n=%lld f32+bf16->f32", (long long)n), [=](Generator& gen) {
+                       Pair a = random_pair(gen, {n}, DType::F32), b = random_pair(gen, {n}, DType::BF16);
+                       Pair out = output_pair({n}, DType::F32);
+                       cuda::add(a.gpu, b.gpu, out.gpu);
+                       // The CPU takes one dtype: b's values are already rounded.
+                       ops::add(a.cpu, b.cpu, out.cpu);
+                       return std::vector<Check>{compare("out", out, kF32Bound)};
+                     }});
     // Accumulation with mixed dtypes: fp32 gradients += bf16, and bf16 += bf16.
     for (auto [acc_dt, x_dt] : {std::pair{DType::F32, DType::BF16}, std::pair{DType::BF16, DType::BF16},
                                 std::pair{DType::F32, DType::F32}}) {
@@ -171,52 +180,134 @@ void embedding_cases(std::vector<Case>& cases) {
       for (double& id : ids) id = double(int64_t(gen.uniform() * double(2 * e.vocab_local)));
       return index_pair(ids, e.ids);
     };
-    cases.push_back({"embedding_forward", shape, [=](Generator& gen) {
-                       Pair w = random_pair(gen, {e.vocab_local, e.hidden}, DType::BF16);
-                       Pair ids = draw_ids(gen);
-                       Pair out = output_pair({e.rows, e.hidden}, DType::BF16);
-                       cuda::embedding_forward(w.gpu, ids.gpu, e.vocab_start, out.gpu);
-                       ops::embedding_forward(w.cpu, ids.cpu, e.vocab_start, out.cpu);
-                       return std::vector<Check>{compare("out", out, 0.0)};
-                     }});
-    cases.push_back({"embedding_backward", shape, [=](Generator& gen) {
-                       Pair grad_out = random_pair(gen, {e.rows, e.hidden}, DType::BF16);
-                       Pair ids = draw_ids(gen);
-                       Pair grad_w = random_pair(gen, {e.vocab_local, e.hidden}, DType::F32);
-                       cuda::embedding_backward(grad_out.gpu, ids.gpu, e.vocab_start, grad_w.gpu);
-                       ops::embedding_backward(grad_out.cpu, ids.cpu, e.vocab_start, grad_w.cpu);
-                       return std::vector<Check>{compare("grad_weight", grad_w, kF32Bound)};
-                     }});
+    // A bfloat16 table into bfloat16 activations, or into the float32
+    // residual stream (the conversion is exact, hence the zero bound).
+    for (DType out_dt : {DType::BF16, DType::F32}) {
+      cases.push_back({"embedding_forward", shape + fmt(" bf16->%s", short_name(out_dt)), [=](Generator& gen) {
+                         Pair w = random_pair(gen, {e.vocab_local, e.hidden}, DType::BF16);
+                         Pair ids = draw_ids(gen);
+                         Pair out = output_pair({e.rows, e.hidden}, out_dt);
+                         cuda::embedding_forward(w.gpu, ids.gpu, e.vocab_start, out.gpu);
+                         ops::embedding_forward(w.cpu, ids.cpu, e.vocab_start, out.cpu);
+                         return std::vector<Check>{compare("out", out, 0.0)};
+                       }});
+    }
+    for (DType grad_dt : {DType::BF16, DType::F32}) {
+      cases.push_back({"embedding_backward", shape + fmt(" grad_out=%s", short_name(grad_dt)), [=](Generator& gen) {
+                         Pair grad_out = random_pair(gen, {e.rows, e.hidden}, grad_dt);
+                         Pair ids = draw_ids(gen);
+                         Pair grad_w = random_pair(gen, {e.vocab_local, e.hidden}, DType::F32);
+                         cuda::embedding_backward(grad_out.gpu, ids.gpu, e.vocab_start, grad_w.gpu);
+                         ops::embedding_backward(grad_out.cpu, ids.cpu, e.vocab_start, grad_w.cpu);
+                         return std::vector<Check>{compare("grad_weight", grad_w, kF32Bound)};
+                       }});
+    }
   }
 }
 
 void rmsnorm_cases(std::vector<Case>& cases) {
+  // x's dtype with w's: bfloat16 activations, the float32 residual stream
+  // normalised into bfloat16, and all float32. y and dy take w's dtype, dx x's.
+  const std::pair<DType, DType> dtypes[] = {
+      {DType::BF16, DType::BF16}, {DType::F32, DType::BF16}, {DType::F32, DType::F32}};
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{37, 4096}, {1000, 128}, {5, 100}, {3, 8192}}) {
-    std::string shape = fmt("R=%lld n=%lld bf16", (long long)rows, (long long)n);
-    const double eps = 1e-6;
-    cases.push_back({"rmsnorm_forward", shape, [=](Generator& gen) {
-                       Pair x = random_pair(gen, {rows, n}, DType::BF16);
-                       Pair w = random_pair(gen, {n}, DType::BF16, 0.2, 1.0);
-                       Pair y = output_pair({rows, n}, DType::BF16), rstd = output_pair({rows}, DType::F32);
-                       cuda::rmsnorm_forward(x.gpu, w.gpu, eps, y.gpu, rstd.gpu);
-                       ops::rmsnorm_forward(x.cpu, w.cpu, eps, y.cpu, rstd.cpu);
-                       return std::vector<Check>{compare("y", y, kBf16Bound), compare("rstd", rstd, kF32Bound)};
-                     }});
-    cases.push_back({"rmsnorm_backward", shape, [=](Generator& gen) {
-                       Pair x = random_pair(gen, {rows, n}, DType::BF16);
-                       Pair w = random_pair(gen, {n}, DType::BF16, 0.2, 1.0);
-                       Pair dy = random_pair(gen, {rows, n}, DType::BF16);
-                       // rstd from the CPU forward, the same values on both sides.
-                       Tensor y_cpu = Tensor::empty({rows, n}, DType::F32), rstd_cpu = Tensor::empty({rows}, DType::F32);
-                       ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
-                       Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
-                       Pair dx = output_pair({rows, n}, DType::BF16);
-                       Pair dw = random_pair(gen, {n}, DType::F32);
-                       cuda::rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, dx.gpu, dw.gpu);
-                       ops::rmsnorm_backward(dy.cpu, x.cpu, w.cpu, rstd.cpu, dx.cpu, dw.cpu);
-                       // dw sums dy * xhat with xhat rounded to bf16 (as HF does), which
-                       // the float32 oracle does not round: a bf16-sized difference.
-                       return std::vector<Check>{compare("dx", dx, kBf16Bound), compare("dw", dw, kBf16Bound)};
+    for (auto [x_dt, w_dt] : dtypes) {
+      std::string shape = fmt("R=%lld n=%lld x=%s w=%s", (long long)rows, (long long)n, short_name(x_dt),
+                              short_name(w_dt));
+      const double eps = 1e-6;
+      cases.push_back({"rmsnorm_forward", shape, [=](Generator& gen) {
+                         Pair x = random_pair(gen, {rows, n}, x_dt);
+                         Pair w = random_pair(gen, {n}, w_dt, 0.2, 1.0);
+                         Pair y = output_pair({rows, n}, w_dt), rstd = output_pair({rows}, DType::F32);
+                         cuda::rmsnorm_forward(x.gpu, w.gpu, eps, y.gpu, rstd.gpu);
+                         // The CPU takes one dtype: w's values are already rounded, and
+                         // its xhat rounding to float32 is what a float32 x gets on CUDA.
+                         ops::rmsnorm_forward(x.cpu, w.cpu, eps, y.cpu, rstd.cpu);
+                         return std::vector<Check>{compare("y", y, bound_for(w_dt)),
+                                                   compare("rstd", rstd, kF32Bound)};
+                       }});
+      cases.push_back({"rmsnorm_backward", shape, [=](Generator& gen) {
+                         Pair x = random_pair(gen, {rows, n}, x_dt);
+                         Pair w = random_pair(gen, {n}, w_dt, 0.2, 1.0);
+                         Pair dy = random_pair(gen, {rows, n}, w_dt);
+                         // rstd from the CPU forward, the same values on both sides.
+                         Tensor y_cpu = Tensor::empty({rows, n}, DType::F32),
+                                rstd_cpu = Tensor::empty({rows}, DType::F32);
+                         ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
+                         Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
+                         Pair dx = output_pair({rows, n}, x_dt);
+                         Pair dw = random_pair(gen, {n}, DType::F32);
+                         cuda::rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, dx.gpu, dw.gpu);
+                         ops::rmsnorm_backward(dy.cpu, x.cpu, w.cpu, rstd.cpu, dx.cpu, dw.cpu);
+                         // dw sums dy * xhat with xhat rounded to x's dtype (as HF does);
+                         // for a bf16 x the float32 oracle does not round: a bf16-sized
+                         // difference.
+                         return std::vector<Check>{compare("dx", dx, bound_for(x_dt)),
+                                                   compare("dw", dw, bound_for(x_dt))};
+                       }});
+    }
+  }
+}
+
+// Dtype combinations the CUDA ops refuse: each must throw bb::Error whose
+// message starts with the op and names the dtypes it got (`named`).
+void dtype_rejection_cases(std::vector<Case>& cases) {
+  struct Reject {
+    std::string op, what, named;
+    std::function<void()> call;
+  };
+  const Shape row{4, 64}, col{64};
+  auto t = [](const Shape& shape, DType dt) { return Tensor::empty(shape, dt, Device::cuda(0)); };
+  const std::vector<Reject> rejects = {
+      {"add", "a=bf16 b=f32 out=bf16", "a bfloat16, b float32, out bfloat16",
+       [=] {
+         Tensor out = t(row, DType::BF16);
+         cuda::add(t(row, DType::BF16), t(row, DType::F32), out);
+       }},
+      {"add", "a=f32 b=bf16 out=bf16", "a float32, b bfloat16, out bfloat16",
+       [=] {
+         Tensor out = t(row, DType::BF16);
+         cuda::add(t(row, DType::F32), t(row, DType::BF16), out);
+       }},
+      {"mul", "a=f32 b=bf16 out=f32", "a float32, b bfloat16, out float32",
+       [=] {
+         Tensor out = t(row, DType::F32);
+         cuda::mul(t(row, DType::F32), t(row, DType::BF16), out);
+       }},
+      {"rmsnorm_forward", "x=bf16 w=f32 y=f32", "x bfloat16, w float32",
+       [=] {
+         Tensor y = t(row, DType::F32), rstd = t({4}, DType::F32);
+         cuda::rmsnorm_forward(t(row, DType::BF16), t(col, DType::F32), 1e-6, y, rstd);
+       }},
+      {"rmsnorm_forward", "x=f32 w=bf16 y=f32", "y is float32 but w is bfloat16",
+       [=] {
+         Tensor y = t(row, DType::F32), rstd = t({4}, DType::F32);
+         cuda::rmsnorm_forward(t(row, DType::F32), t(col, DType::BF16), 1e-6, y, rstd);
+       }},
+      {"rmsnorm_backward", "dy=bf16 x=f32 w=bf16 dx=bf16", "dy bfloat16, x float32, w bfloat16, dx bfloat16",
+       [=] {
+         Tensor dx = t(row, DType::BF16), dw = t(col, DType::F32);
+         cuda::rmsnorm_backward(t(row, DType::BF16), t(row, DType::F32), t(col, DType::BF16), t({4}, DType::F32),
+                                dx, dw);
+       }},
+      {"embedding_forward", "weight=f32 out=bf16", "weight float32, out bfloat16",
+       [=] {
+         Tensor out = t(row, DType::BF16);
+         cuda::embedding_forward(t({10, 64}, DType::F32), index_pair({1.0, 2.0, 3.0, 4.0}, DType::I32).gpu, 0, out);
+       }},
+  };
+  for (const Reject& r : rejects) {
+    cases.push_back({r.op, r.what + " rejected", [r](Generator&) {
+                       std::string message;
+                       try {
+                         r.call();
+                       } catch (const Error& e) {
+                         message = e.what();
+                       }
+                       const bool named =
+                           message.rfind(r.op + ":", 0) == 0 && message.find(r.named) != std::string::npos;
+                       if (!named) std::printf("      %s threw \"%s\"\n", r.op.c_str(), message.c_str());
+                       return std::vector<Check>{{"error", named ? 0.0 : 1.0, 0.0}};
                      }});
   }
 }
@@ -472,6 +563,7 @@ std::vector<Case> all_cases() {
   reduce_cases(cases);
   embedding_cases(cases);
   rmsnorm_cases(cases);
+  dtype_rejection_cases(cases);
   rope_cases(cases);
   swiglu_cases(cases);
   cross_entropy_cases(cases);

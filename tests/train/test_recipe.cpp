@@ -59,6 +59,7 @@ TEST(Recipe, FileValuesAndOverridesLand) {
   apply_recipe_override(r, "optimizer.min_lr", "1e-4");
   apply_recipe_override(r, "data.split", "0.9,0.1");
   apply_recipe_override(r, "output.save_hf", "true");
+  apply_recipe_override(r, "backend.fp32_residual_connection", "true");
   apply_recipe_override(r, "model.overrides", R"({"num_layers": 2})");
   apply_recipe_override(r, "model.overrides", R"({"hidden_size": 64})");
   const bb::train::Recipe rec = recipe_from_json(r);
@@ -71,6 +72,7 @@ TEST(Recipe, FileValuesAndOverridesLand) {
   EXPECT_DOUBLE_EQ(rec.data.train_fraction, 0.9);
   EXPECT_DOUBLE_EQ(rec.data.valid_fraction, 0.1);
   EXPECT_TRUE(rec.save_hf);
+  EXPECT_TRUE(rec.runtime.backend_cfg.fp32_residual_connection);
   EXPECT_EQ(rec.runtime.backend_cfg.model_overrides, json({{"num_layers", 2}, {"hidden_size", 64}}));
   EXPECT_EQ(rec.runtime.backend_cfg.seed, 1234u);
   EXPECT_EQ(rec.json["train"]["steps"], 50);

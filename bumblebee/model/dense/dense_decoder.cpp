@@ -69,7 +69,7 @@ void DenseDecoder::init_weights(uint64_t seed) {
 Tensor DenseDecoder::forward(const DeviceMicroBatch& mb, const Tensor& dloss, std::unique_ptr<ForwardState>& state) {
   auto st = std::make_unique<State>();
   st->layers.resize(layers_.size());
-  Tensor x = embed_->forward(mb.input_ids, ctx_.dtype, st->embed);
+  Tensor x = embed_->forward(mb.input_ids, ctx_.residual_dtype, st->embed);
   for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->forward(x, mb.seq, st->layers[i]);
   Tensor h = norm_->forward(x, st->norm);
   Tensor loss = head_->forward(h, mb.labels, dloss, st->head);
@@ -105,7 +105,7 @@ void DenseDecoder::grads_ready(size_t first, size_t end, const GradReadyFn& on_g
 Tensor DenseDecoder::logits(const DeviceMicroBatch& mb) {
   State st;
   st.layers.resize(layers_.size());
-  Tensor x = embed_->forward(mb.input_ids, ctx_.dtype, st.embed);
+  Tensor x = embed_->forward(mb.input_ids, ctx_.residual_dtype, st.embed);
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layers_[i]->forward(x, mb.seq, st.layers[i]);
     st.layers[i] = DecoderLayer::Saved{};

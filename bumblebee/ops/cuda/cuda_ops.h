@@ -23,7 +23,8 @@ namespace bb::cuda {
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha = 1.0,
             double beta = 0.0);
 
-// elementwise.cu. add/mul: one dtype for all tensors (bfloat16 or float32);
+// elementwise.cu. add/mul: one dtype for all tensors (bfloat16 or float32),
+// and add also a, out float32 with b bfloat16 (the fp32 residual stream);
 // add_: acc and x each bfloat16 or float32; scale_: bfloat16 or float32.
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void add_(Tensor& acc, const Tensor& x, double alpha = 1.0);
@@ -36,11 +37,13 @@ double sum_squares(const Tensor& x);
 int64_t count_zeros(const Tensor& x);
 bool all_finite(const Tensor& x);
 
-// embedding.cu. weight and out bfloat16 or float32 (same); grad_weight float32.
+// embedding.cu. weight and out bfloat16 or float32 (same), or out float32 with
+// weight bfloat16; grad_out bfloat16 or float32; grad_weight float32.
 void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_start, Tensor& out);
 void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start, Tensor& grad_weight);
 
-// rmsnorm.cu. x, w, y, dy, dx one dtype (bfloat16 or float32); rstd, dw float32.
+// rmsnorm.cu. x, w, y, dy, dx one dtype (bfloat16 or float32), or x and dx
+// float32 with w, y, dy bfloat16; rstd, dw float32.
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                       Tensor& dw);

@@ -4,6 +4,9 @@
 // tensor-parallel rank: forward writes zeros for them and backward skips them.
 // Backward adds into the fp32 gradient with atomics, because repeated tokens
 // hit the same row; the adds of different tokens to one row rarely collide.
+//
+// Forward takes the weight's dtype (TW) apart from out's (TO): a bfloat16
+// table can fill a float32 residual stream, each row converted exactly.
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
 
@@ -13,35 +16,51 @@ namespace {
 constexpr int kThreads = 256;
 
 // One thread per group of 8 columns of one output row (H % 8 == 0, aligned).
-template <typename T, typename I>
-__global__ void embedding_forward_vec8_kernel(const T* __restrict__ weight, const I* __restrict__ ids,
+// One dtype copies the 16-byte packs as they are; bfloat16 into float32 goes
+// through load8/store8, whose conversion is exact.
+template <typename TW, typename TO, typename I>
+__global__ void embedding_forward_vec8_kernel(const TW* __restrict__ weight, const I* __restrict__ ids,
                                               int64_t vocab_start, int64_t vocab_local, int64_t hidden,
-                                              int64_t rows, T* __restrict__ out) {
+                                              int64_t rows, TO* __restrict__ out) {
   const int64_t groups_per_row = hidden / 8;
   for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < rows * groups_per_row;
        g += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = g / groups_per_row, col = (g % groups_per_row) * 8;
     const int64_t local = int64_t(ids[row]) - vocab_start;
-    constexpr int N = Pack16<T>::N;
+    TO* dst = out + row * hidden + col;
+    constexpr int N = Pack16<TO>::N;
     if (local >= 0 && local < vocab_local) {
-      const T* src = weight + local * hidden + col;
-      for (int j = 0; j < 8; j += N) store_pack(out + row * hidden + col + j, load_pack(src + j));
+      const TW* src = weight + local * hidden + col;
+      if constexpr (std::is_same_v<TW, TO>) {
+        for (int j = 0; j < 8; j += N) store_pack(dst + j, load_pack(src + j));
+      } else {
+        float v[8];
+        load8(src, v);
+        store8(dst, v);
+      }
     } else {
-      Pack16<T> zero;
-      for (int i = 0; i < N; ++i) zero.v[i] = from_float<T>(0.f);
-      for (int j = 0; j < 8; j += N) store_pack(out + row * hidden + col + j, zero);
+      Pack16<TO> zero;
+      for (int i = 0; i < N; ++i) zero.v[i] = from_float<TO>(0.f);
+      for (int j = 0; j < 8; j += N) store_pack(dst + j, zero);
     }
   }
 }
 
-template <typename T, typename I>
-__global__ void embedding_forward_kernel(const T* __restrict__ weight, const I* __restrict__ ids, int64_t vocab_start,
-                                         int64_t vocab_local, int64_t hidden, int64_t rows, T* __restrict__ out) {
+template <typename TW, typename TO, typename I>
+__global__ void embedding_forward_kernel(const TW* __restrict__ weight, const I* __restrict__ ids,
+                                         int64_t vocab_start, int64_t vocab_local, int64_t hidden, int64_t rows,
+                                         TO* __restrict__ out) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * hidden;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / hidden, col = i % hidden;
     const int64_t local = int64_t(ids[row]) - vocab_start;
-    out[i] = (local >= 0 && local < vocab_local) ? weight[local * hidden + col] : from_float<T>(0.f);
+    if (local < 0 || local >= vocab_local) {
+      out[i] = from_float<TO>(0.f);
+    } else if constexpr (std::is_same_v<TW, TO>) {
+      out[i] = weight[local * hidden + col];
+    } else {
+      out[i] = from_float<TO>(to_float(weight[local * hidden + col]));
+    }
   }
 }
 
@@ -57,6 +76,22 @@ __global__ void embedding_backward_kernel(const T* __restrict__ grad_out, const 
   }
 }
 
+// weight and out share a dtype (bfloat16 or float32), or a bfloat16 weight
+// fills a float32 out.
+void check_weight_out_dtypes(DType weight, DType out, const char* op) {
+  const bool same = weight == out && (weight == DType::BF16 || weight == DType::F32);
+  BB_CHECK(same || (weight == DType::BF16 && out == DType::F32), op,
+           ": CUDA takes weight and out both bfloat16 or both float32, or weight bfloat16 with out float32; "
+           "got weight ", dtype_name(weight), ", out ", dtype_name(out));
+}
+
+// Calls f(TW{}, TO{}) for dtypes check_weight_out_dtypes accepted.
+template <typename F>
+void dispatch_weight_out(DType weight, DType out, const char* op, F&& f) {
+  if (weight == DType::BF16 && out == DType::F32) f(bf16{}, float{});
+  else dispatch_activation(weight, op, [&](auto tag) { f(tag, tag); });
+}
+
 }  // namespace
 
 void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_start, Tensor& out) {
@@ -68,18 +103,18 @@ void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_st
   BB_CHECK(ids.dim() == 1, op, ": ids must be [N], got ", shape_str(ids.shape()));
   const int64_t vocab_local = weight.size(0), hidden = weight.size(1), rows = ids.size(0);
   check_shape(out, {rows, hidden}, "embedding_forward: out");
-  BB_CHECK(out.dtype() == weight.dtype(), op, ": out is ", dtype_name(out.dtype()), " but weight is ",
-           dtype_name(weight.dtype()));
+  check_weight_out_dtypes(weight.dtype(), out.dtype(), op);
   if (rows * hidden == 0) return;
   DeviceGuard guard(weight.device().index);
   cudaStream_t stream = current_stream();
-  dispatch_activation(weight.dtype(), op, [&](auto wtag) {
-    using T = decltype(wtag);
+  dispatch_weight_out(weight.dtype(), out.dtype(), op, [&](auto wtag, auto otag) {
+    using TW = decltype(wtag);
+    using TO = decltype(otag);
     dispatch_index(ids.dtype(), op, [&](auto itag) {
       using I = decltype(itag);
-      const T* w = static_cast<const T*>(weight.raw());
+      const TW* w = static_cast<const TW*>(weight.raw());
       const I* id = static_cast<const I*>(ids.raw());
-      T* o = static_cast<T*>(out.raw());
+      TO* o = static_cast<TO*>(out.raw());
       if (hidden % 8 == 0 && aligned16(w) && aligned16(o)) {
         embedding_forward_vec8_kernel<<<grid_for(rows * hidden / 8, kThreads), kThreads, 0, stream>>>(
             w, id, vocab_start, vocab_local, hidden, rows, o);

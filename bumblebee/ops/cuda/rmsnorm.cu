@@ -6,6 +6,11 @@
 // over rows: each block accumulates its rows into a shared-memory partial,
 // writes it once, and a second kernel adds the per-block partials column by
 // column into dw, so global memory sees no atomics at all.
+//
+// The kernels take x's dtype (TX, also dx's) apart from w's (TW, also y's and
+// dy's), so a float32 residual stream (Megatron's fp32_residual_connection)
+// can be normalised into bfloat16 activations. A lane's 8-column group is one
+// 16-byte access in bfloat16 and two in float32 (load8/store8).
 #include <algorithm>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
@@ -40,19 +45,21 @@ __device__ __forceinline__ void store_cols(T* p, const float (&v)[8]) {
   else *p = from_float<T>(v[0]);
 }
 
-template <typename T, bool VEC>
-__global__ void rmsnorm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, float eps, int64_t rows,
-                                       int64_t n, T* __restrict__ y, float* __restrict__ rstd) {
+// TX is the dtype of x (and dx), TW that of w (and y, dy): equal, or float32
+// x with bfloat16 w when the residual stream is kept in float32.
+template <typename TX, typename TW, bool VEC>
+__global__ void rmsnorm_forward_kernel(const TX* __restrict__ x, const TW* __restrict__ w, float eps, int64_t rows,
+                                       int64_t n, TW* __restrict__ y, float* __restrict__ rstd) {
   constexpr int W = VEC ? 8 : 1;
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (row >= rows) return;
-  const T* xr = x + row * n;
-  T* yr = y + row * n;
+  const TX* xr = x + row * n;
+  TW* yr = y + row * n;
   float ss = 0.f;
   for_lane_columns<VEC>(n, lane, [&](int64_t c) {
     float v[8];
-    load_cols<T, VEC>(xr + c, v);
+    load_cols<TX, VEC>(xr + c, v);
 #pragma unroll
     for (int i = 0; i < W; ++i) ss += v[i] * v[i];
   });
@@ -61,13 +68,13 @@ __global__ void rmsnorm_forward_kernel(const T* __restrict__ x, const T* __restr
   if (lane == 0) rstd[row] = r;
   for_lane_columns<VEC>(n, lane, [&](int64_t c) {
     float v[8], g[8], out[8];
-    load_cols<T, VEC>(xr + c, v);
-    load_cols<T, VEC>(w + c, g);
-    // x * rstd is rounded to the activation dtype before the weight
-    // multiply, as HF transformers does.
+    load_cols<TX, VEC>(xr + c, v);
+    load_cols<TW, VEC>(w + c, g);
+    // x * rstd is rounded to x's dtype before the weight multiply, as HF
+    // transformers does (the identity for a float32 x).
 #pragma unroll
-    for (int i = 0; i < W; ++i) out[i] = g[i] * to_float(from_float<T>(v[i] * r));
-    store_cols<T, VEC>(yr + c, out);
+    for (int i = 0; i < W; ++i) out[i] = g[i] * to_float(from_float<TX>(v[i] * r));
+    store_cols<TW, VEC>(yr + c, out);
   });
 }
 
@@ -77,10 +84,10 @@ __device__ __forceinline__ int64_t padded(int64_t c) { return c + (c >> 5); }
 
 // dx = rstd * (g - xhat * mean(g * xhat)) with g = dy * w, xhat = x * rstd;
 // dw_partial[block] = sum over the block's rows of dy * xhat (xhat rounded
-// as in the forward).
-template <typename T, bool VEC>
-__global__ void rmsnorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
-                                        const float* __restrict__ rstd, int64_t rows, int64_t n, T* __restrict__ dx,
+// to x's dtype as in the forward). TX types x and dx, TW types dy and w.
+template <typename TX, typename TW, bool VEC>
+__global__ void rmsnorm_backward_kernel(const TW* __restrict__ dy, const TX* __restrict__ x, const TW* __restrict__ w,
+                                        const float* __restrict__ rstd, int64_t rows, int64_t n, TX* __restrict__ dx,
                                         float* __restrict__ dw_partials) {
   extern __shared__ float dw_acc[];  // [padded(n)]
   constexpr int W = VEC ? 8 : 1;
@@ -89,32 +96,32 @@ __global__ void rmsnorm_backward_kernel(const T* __restrict__ dy, const T* __res
   __syncthreads();
   for (int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + warp; row < rows;
        row += int64_t(gridDim.x) * kWarpsPerBlock) {
-    const T* xr = x + row * n;
-    const T* dyr = dy + row * n;
+    const TX* xr = x + row * n;
+    const TW* dyr = dy + row * n;
     const float r = rstd[row];
     float dot = 0.f;  // sum of g * xhat over the row
     for_lane_columns<VEC>(n, lane, [&](int64_t c) {
       float xv[8], gv[8], wv[8];
-      load_cols<T, VEC>(xr + c, xv);
-      load_cols<T, VEC>(dyr + c, gv);
-      load_cols<T, VEC>(w + c, wv);
+      load_cols<TX, VEC>(xr + c, xv);
+      load_cols<TW, VEC>(dyr + c, gv);
+      load_cols<TW, VEC>(w + c, wv);
 #pragma unroll
       for (int i = 0; i < W; ++i) {
         const float xhat = xv[i] * r;
         dot += gv[i] * wv[i] * xhat;
-        atomicAdd(&dw_acc[padded(c + i)], gv[i] * to_float(from_float<T>(xhat)));
+        atomicAdd(&dw_acc[padded(c + i)], gv[i] * to_float(from_float<TX>(xhat)));
       }
     });
     dot = warp_sum(dot);
     const float mean_dot = dot / float(n);
     for_lane_columns<VEC>(n, lane, [&](int64_t c) {
       float xv[8], gv[8], wv[8], out[8];
-      load_cols<T, VEC>(xr + c, xv);
-      load_cols<T, VEC>(dyr + c, gv);
-      load_cols<T, VEC>(w + c, wv);
+      load_cols<TX, VEC>(xr + c, xv);
+      load_cols<TW, VEC>(dyr + c, gv);
+      load_cols<TW, VEC>(w + c, wv);
 #pragma unroll
       for (int i = 0; i < W; ++i) out[i] = r * (gv[i] * wv[i] - xv[i] * r * mean_dot);
-      store_cols<T, VEC>(dx + row * n + c, out);
+      store_cols<TX, VEC>(dx + row * n + c, out);
     });
   }
   __syncthreads();
@@ -132,6 +139,22 @@ __global__ void sum_partials_kernel(const float* __restrict__ partials, int nblo
 
 int64_t row_count(const Tensor& x, int64_t n) { return n == 0 ? 0 : x.numel() / n; }
 
+// x and w share a dtype (bfloat16 or float32), or x is float32 (the fp32
+// residual stream) with w bfloat16.
+void check_x_w_dtypes(DType x, DType w, const char* op) {
+  const bool same = x == w && (x == DType::BF16 || x == DType::F32);
+  BB_CHECK(same || (x == DType::F32 && w == DType::BF16), op,
+           ": CUDA takes x and w both bfloat16 or both float32, or x float32 with w bfloat16; got x ",
+           dtype_name(x), ", w ", dtype_name(w));
+}
+
+// Calls f(TX{}, TW{}) for dtypes check_x_w_dtypes accepted.
+template <typename F>
+void dispatch_x_w(DType x, DType w, const char* op, F&& f) {
+  if (x == DType::F32 && w == DType::BF16) f(float{}, bf16{});
+  else dispatch_activation(x, op, [&](auto tag) { f(tag, tag); });
+}
+
 }  // namespace
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) {
@@ -146,23 +169,27 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Te
   check_shape(y, x.shape(), "rmsnorm_forward: y");
   BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
   check_dtype(rstd, DType::F32, "rmsnorm_forward: rstd");
-  BB_CHECK(w.dtype() == x.dtype() && y.dtype() == x.dtype(), op, ": x, w, y must share a dtype, got ",
-           dtype_name(x.dtype()), ", ", dtype_name(w.dtype()), ", ", dtype_name(y.dtype()));
+  check_x_w_dtypes(x.dtype(), w.dtype(), op);
+  BB_CHECK(y.dtype() == w.dtype(), op, ": y is ", dtype_name(y.dtype()), " but w is ", dtype_name(w.dtype()),
+           "; y takes w's dtype");
   if (rows == 0) return;
   DeviceGuard guard(x.device().index);
   cudaStream_t stream = current_stream();
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   BB_CHECK(blocks <= INT32_MAX, op, ": too many rows (", rows, ")");
-  dispatch_activation(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* px = static_cast<const T*>(x.raw());
-    const T* pw = static_cast<const T*>(w.raw());
-    T* py = static_cast<T*>(y.raw());
+  dispatch_x_w(x.dtype(), w.dtype(), op, [&](auto xtag, auto wtag) {
+    using TX = decltype(xtag);
+    using TW = decltype(wtag);
+    const TX* px = static_cast<const TX*>(x.raw());
+    const TW* pw = static_cast<const TW*>(w.raw());
+    TW* py = static_cast<TW*>(y.raw());
     float* pr = static_cast<float*>(rstd.raw());
     if (n % 8 == 0 && aligned16(px) && aligned16(pw) && aligned16(py)) {
-      rmsnorm_forward_kernel<T, true><<<unsigned(blocks), kThreads, 0, stream>>>(px, pw, float(eps), rows, n, py, pr);
+      rmsnorm_forward_kernel<TX, TW, true>
+          <<<unsigned(blocks), kThreads, 0, stream>>>(px, pw, float(eps), rows, n, py, pr);
     } else {
-      rmsnorm_forward_kernel<T, false><<<unsigned(blocks), kThreads, 0, stream>>>(px, pw, float(eps), rows, n, py, pr);
+      rmsnorm_forward_kernel<TX, TW, false>
+          <<<unsigned(blocks), kThreads, 0, stream>>>(px, pw, float(eps), rows, n, py, pr);
     }
   });
   CUDA_CHECK_LAUNCH(op);
@@ -185,9 +212,10 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
   BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
   check_dtype(rstd, DType::F32, "rmsnorm_backward: rstd");
   check_dtype(dw, DType::F32, "rmsnorm_backward: dw");
-  BB_CHECK(w.dtype() == x.dtype() && dy.dtype() == x.dtype() && dx.dtype() == x.dtype(), op,
-           ": dy, x, w, dx must share a dtype, got ", dtype_name(dy.dtype()), ", ", dtype_name(x.dtype()), ", ",
-           dtype_name(w.dtype()), ", ", dtype_name(dx.dtype()));
+  check_x_w_dtypes(x.dtype(), w.dtype(), op);
+  BB_CHECK(dx.dtype() == x.dtype() && dy.dtype() == w.dtype(), op, ": dx takes x's dtype and dy w's, got dy ",
+           dtype_name(dy.dtype()), ", x ", dtype_name(x.dtype()), ", w ", dtype_name(w.dtype()), ", dx ",
+           dtype_name(dx.dtype()));
   if (rows == 0) return;
   DeviceGuard guard(x.device().index);
   cudaStream_t stream = current_stream();
@@ -197,12 +225,13 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
   const int64_t row_blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const int blocks = int(std::min<int64_t>(row_blocks, int64_t(device_properties().multiProcessorCount) * 2));
   Tensor partials = Tensor::empty({int64_t(blocks), n}, DType::F32, x.device());
-  dispatch_activation(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* pdy = static_cast<const T*>(dy.raw());
-    const T* px = static_cast<const T*>(x.raw());
-    const T* pw = static_cast<const T*>(w.raw());
-    T* pdx = static_cast<T*>(dx.raw());
+  dispatch_x_w(x.dtype(), w.dtype(), op, [&](auto xtag, auto wtag) {
+    using TX = decltype(xtag);
+    using TW = decltype(wtag);
+    const TW* pdy = static_cast<const TW*>(dy.raw());
+    const TX* px = static_cast<const TX*>(x.raw());
+    const TW* pw = static_cast<const TW*>(w.raw());
+    TX* pdx = static_cast<TX*>(dx.raw());
     auto launch = [&](auto kernel) {
       if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -210,9 +239,9 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
                                                  static_cast<float*>(partials.raw()));
     };
     if (n % 8 == 0 && aligned16(pdy) && aligned16(px) && aligned16(pw) && aligned16(pdx)) {
-      launch(rmsnorm_backward_kernel<T, true>);
+      launch(rmsnorm_backward_kernel<TX, TW, true>);
     } else {
-      launch(rmsnorm_backward_kernel<T, false>);
+      launch(rmsnorm_backward_kernel<TX, TW, false>);
     }
   });
   CUDA_CHECK_LAUNCH(op);
