@@ -49,10 +49,13 @@ Tensor DecoderLayer::forward(const Tensor& x, const SequenceLayout& seq, Saved& 
 
 Tensor DecoderLayer::backward(const Tensor& dy, const SequenceLayout& seq, Saved& s) {
   if (!s.attn) run_forward(s.x, seq, s);
-  // dh = dy + norm2'(mlp'(dy));  dx = dh + norm1'(attn'(dh))
-  Tensor dh = post_attention_layernorm_.backward(mlp_.backward(dy, *s.mlp), *s.norm2);
+  // dh = dy + norm2'(mlp'(dy));  dx = dh + norm1'(attn'(dh)). Each branch
+  // takes the residual gradient in the dtype its output had (bfloat16 under
+  // a float32 residual stream; to() is free when the dtypes agree).
+  const DType act = post_attention_layernorm_.out_dtype();
+  Tensor dh = post_attention_layernorm_.backward(mlp_.backward(dy.to(act), *s.mlp), *s.norm2);
   ops::add_(dh, dy);
-  Tensor dx = input_layernorm_.backward(self_attn_.backward(dh, seq, *s.attn), *s.norm1);
+  Tensor dx = input_layernorm_.backward(self_attn_.backward(dh.to(act), seq, *s.attn), *s.norm1);
   ops::add_(dx, dh);
   s = Saved{};
   return dx;

@@ -14,6 +14,9 @@ class RMSNorm {
   };
   RMSNorm(ParamStore& store, const std::string& name, int64_t dim, double eps);
   Parameter& weight() { return *weight_; }
+  // The dtype of the output and of the gradient backward takes: the weight's,
+  // which a float32 residual stream (fp32_residual_connection) does not share.
+  DType out_dtype() const { return weight_->value.dtype(); }
   // x [R, dim] (any leading rows); stat dtype follows ops.h's rules.
   Tensor forward(const Tensor& x, Saved& s) const;
   Tensor backward(const Tensor& dy, const Saved& s);
