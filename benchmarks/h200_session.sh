@@ -6,7 +6,8 @@
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers
 #   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096; BENCH_MODELS picks);
 #             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op
-#   baseline  the PyTorch + HF transformers baseline (benchmarks/baselines) in the same session, same models
+#   baseline  the PyTorch + HF transformers baseline (benchmarks/baselines) in the same session, same models;
+#             BASELINE_ARGS adds arguments (e.g. --steps 4 --warmup 2)
 #   parity    50-step bf16 parity against HF transformers (benchmarks/parity): bb with an fp32 and a bf16
 #             residual stream against HF under autocast, and HF with a bf16 residual stream against both
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
@@ -28,6 +29,10 @@ exec > >(tee -a "$OUT/summary.txt") 2>&1
 stages=${*:-harness fixtures bench}
 build=${BUILD:-build-h200}   # BUILD=/tmp/... keeps the build between calls on a warm machine
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+# PyTorch runs with the library path it was installed for: the NCCL and BLAS
+# directories prepended below for bb would hand it other CUDA libraries (the
+# baseline measured 11 % slower in eager and 45 % slower compiled that way).
+py="env LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} python3"
 prefix=""
 if [ ! -e /usr/include/x86_64-linux-gnu/cblas.h ] && [ ! -e /usr/include/cblas.h ] && [ -d .deps/usr ]; then
   prefix="-DCMAKE_PREFIX_PATH=$PWD/.deps/usr"
@@ -55,7 +60,7 @@ mpi2="mpirun --allow-run-as-root -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x LD_
 bench_1p7b="hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 bench.num_microbatches=4 bench.warmup=2"
 # The parity model and tokens, made by HF transformers (benchmarks/parity).
 parity_model() {
-  [ -f /tmp/parity/hf_losses.json ] || timeout 200 python3 benchmarks/parity/hf_bf16_reference.py --out /tmp/parity > "$LOGS/parity_hf.log" 2>&1 || tail -5 "$LOGS/parity_hf.log"
+  [ -f /tmp/parity/hf_losses.json ] || timeout 200 $py benchmarks/parity/hf_bf16_reference.py --out /tmp/parity > "$LOGS/parity_hf.log" 2>&1 || tail -5 "$LOGS/parity_hf.log"
 }
 parity_args="hf_path=/tmp/parity/model tokens=/tmp/parity/tokens.json device=cuda steps=50 rows_per_step=8 optimizer.lr=1e-4 optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.adam_eps=1e-8 optimizer.weight_decay=0.1 optimizer.clip_grad=1.0"
 
@@ -67,7 +72,7 @@ for stage in $stages; do
       grep -E "FAIL|passed" "$LOGS/harness.log" | tail -40 ;;
     perf)
       timeout 200 $bin/bb_cuda_ops --perf 2>&1 | tee "$LOGS/perf.log" | grep -v "^$"
-      timeout 150 python3 benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$LOGS/sdpa.log" ;;
+      timeout 150 $py benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$LOGS/sdpa.log" ;;
     fixtures)
       for f in qwen3_gqa qwen3_mha_sharded qwen3_tp llama3_gqa llama3_tied_f16; do
         d=tests/fixtures/$f
@@ -99,7 +104,8 @@ PY
     baseline)
       gpu_clocks="clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active"
       nvidia-smi --query-gpu=$gpu_clocks --format=csv
-      timeout 450 python3 benchmarks/baselines/hf_train_bench.py --models ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b} 2>&1 |
+      $py -c "import torch; print('torch', torch.__version__, 'cuDNN', torch.backends.cudnn.version())"
+      timeout 450 $py benchmarks/baselines/hf_train_bench.py --models ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b} ${BASELINE_ARGS:-} 2>&1 |
         tee "$LOGS/baseline.log" | grep "^{"
       nvidia-smi --query-gpu=$gpu_clocks --format=csv,noheader ;;
     parity)
@@ -113,7 +119,7 @@ PY
       python3 benchmarks/parity/compare_runs.py hf="$LOGS/parity_hf.json" bb_fp32_residual="$LOGS/parity_bb_resfp32.json" \
         bb_bf16_residual="$LOGS/parity_bb_resbf16.json"
       # HF with a bf16 residual stream (bf16 weights and activations, fp32 master weights and AdamW).
-      timeout 200 python3 benchmarks/parity/hf_bf16_reference.py --out /tmp/parity_bf16act --precision bf16act \
+      timeout 200 $py benchmarks/parity/hf_bf16_reference.py --out /tmp/parity_bf16act --precision bf16act \
         > "$LOGS/parity_hf_bf16act.log" 2>&1 || tail -5 "$LOGS/parity_hf_bf16act.log"
       cp /tmp/parity_bf16act/hf_losses.json "$LOGS/parity_hf_bf16act.json"
       python3 benchmarks/parity/compare_runs.py hf="$LOGS/parity_hf.json" hf_bf16act="$LOGS/parity_hf_bf16act.json"
