@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/runtime/cli_args.h"
 #include "bumblebee/runtime/runtime.h"

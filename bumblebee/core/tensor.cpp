@@ -8,7 +8,7 @@
 #include "bumblebee/core/half.h"
 
 #ifdef BB_WITH_CUDA
-#include "bumblebee/core/cuda_memory.h"
+#include "bumblebee/core/cuda/cuda_memory.h"
 #endif
 
 namespace bb {

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bumblebee/dist/parallel_state.h"
+#include "bumblebee/distributed/parallel_state.h"
 #include "bumblebee/primitive/modules/decoder_layer.h"
 #include "bumblebee/primitive/modules/parameter.h"
 

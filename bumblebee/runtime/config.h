@@ -39,6 +39,11 @@ struct OptimizerConfig {
   // Elements per data-parallel gradient bucket (Megatron's default 40M):
   // each bucket's reduce-scatter starts as soon as backward has finished it.
   int64_t grad_bucket_size = 40000000;
+  // Megatron's default: no weight decay on 1-D parameters (norm weights,
+  // biases); they form their own parameter group with a weight-decay
+  // multiplier of 0. bb-correctness turns it off to keep torch.optim.AdamW
+  // semantics (one weight decay for every parameter).
+  bool no_weight_decay_1d = true;
 };
 
 struct BBConfig {

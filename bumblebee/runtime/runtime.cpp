@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "bumblebee/core/device_memory.h"
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 #include "bumblebee/model/registry.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/ckpt/hf_weights.h"

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 
 namespace bb {
 

@@ -7,7 +7,7 @@
 #include "bumblebee/core/error.h"
 #include "bumblebee/data/preprocess.h"
 #include "bumblebee/data/tokenizer.h"
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 #include "bumblebee/train/pretrain_data.h"
 #include "bumblebee/train/sft_data.h"
 

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 #include "bumblebee/runtime/runtime.h"
 #include "bumblebee/train/jsonl_logger.h"
 #include "bumblebee/train/loss_plot.h"

@@ -32,7 +32,7 @@
 #include "bumblebee/core/half.h"
 #include "bumblebee/core/rng.h"
 #include "bumblebee/ops/cuda/attention_backends.h"
-#include "bumblebee/core/cuda_memory.h"
+#include "bumblebee/core/cuda/cuda_memory.h"
 #include "bumblebee/ops/cuda/cuda_ops.h"
 #include "bumblebee/ops/ops.h"
 #include "tests/cuda/harness.h"

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <functional>
 
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 
 using bb::DType;
 using bb::Tensor;

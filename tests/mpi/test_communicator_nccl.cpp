@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "bumblebee/core/device_memory.h"
-#include "bumblebee/dist/parallel_state.h"
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/parallel_state.h"
+#include "bumblebee/distributed/world.h"
 
 using bb::Device;
 using bb::DType;

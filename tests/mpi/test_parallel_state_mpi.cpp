@@ -5,8 +5,8 @@
 #include <functional>
 #include <numeric>
 
-#include "bumblebee/dist/parallel_state.h"
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/parallel_state.h"
+#include "bumblebee/distributed/world.h"
 
 using bb::DType;
 using bb::Tensor;

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "bumblebee/ops/cuda/attention_backends.h"
-#include "bumblebee/ops/cuda/cuda_context.h"
+#include "bumblebee/core/cuda/cuda_context.h"
 #include "bumblebee/ops/cuda/cuda_ops.h"
 
 namespace bb::cuda {

@@ -29,7 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "bumblebee/ops/cuda/cuda_context.h"
+#include "bumblebee/core/cuda/cuda_context.h"
 #include "bumblebee/ops/cuda/cudnn_varlen.h"
 
 namespace bb::cuda {

@@ -1,6 +1,7 @@
-// Shared pieces of the CUDA kernels: element conversions, warp and block
-// reductions, 16-byte vector access, grid sizing, and the host-side checks and
-// dtype dispatch every op launcher starts with.
+// Shared pieces of the CUDA kernels: warp and block reductions, 16-byte
+// vector access, and the host-side checks and dtype dispatch every op
+// launcher starts with (element conversions and grid sizing come from
+// core/cuda/device_convert.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,26 +12,10 @@
 #include <type_traits>
 
 #include "bumblebee/core/tensor.h"
-#include "bumblebee/ops/cuda/cuda_context.h"
+#include "bumblebee/core/cuda/cuda_context.h"
+#include "bumblebee/core/cuda/device_convert.cuh"
 
 namespace bb::cuda {
-
-using bf16 = __nv_bfloat16;
-
-// ---- element conversions (all arithmetic is fp32 or wider) -------------------
-template <typename T>
-__device__ __forceinline__ float to_float(T x) {
-  if constexpr (std::is_same_v<T, bf16>) return __bfloat162float(x);
-  else if constexpr (std::is_same_v<T, __half>) return __half2float(x);
-  else return float(x);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x) {
-  if constexpr (std::is_same_v<T, bf16>) return __float2bfloat16_rn(x);
-  else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
-  else return T(x);
-}
 
 // ---- reductions ------------------------------------------------------------------
 template <typename T>
@@ -114,15 +99,6 @@ __device__ __forceinline__ void store8(T* p, const float (&f)[8]) {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// ---- launch sizing ----------------------------------------------------------------------
-// Blocks for a grid-stride loop over `work` items of `threads` each: enough to
-// fill every multiprocessor a few times over, never more than the work needs.
-inline int grid_for(int64_t work, int threads) {
-  int64_t needed = (work + threads - 1) / threads;
-  int64_t cap = int64_t(device_properties().multiProcessorCount) * 8;
-  if (needed < 1) needed = 1;
-  return int(needed < cap ? needed : cap);
-}
 
 // ---- host-side checks -----------------------------------------------------------------
 // Each op checks that its tensors live on CUDA, on one device, and runs there.

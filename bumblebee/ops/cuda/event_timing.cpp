@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "bumblebee/ops/cuda/cuda_context.h"
+#include "bumblebee/core/cuda/cuda_context.h"
 
 namespace bb::cuda {
 namespace {

@@ -6,7 +6,7 @@
 // gradient norm and the loss report, where a billion-element fp32 sum would
 // lose digits; the kernels stay memory-bound either way.
 #include "bumblebee/ops/cuda/cuda_common.cuh"
-#include "bumblebee/core/cuda_memory.h"
+#include "bumblebee/core/cuda/cuda_memory.h"
 #include "bumblebee/ops/cuda/cuda_ops.h"
 
 namespace bb::cuda {

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "bumblebee/dist/parallel_state.h"
+#include "bumblebee/distributed/parallel_state.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/modules/parameter.h"
 #include "bumblebee/primitive/optim/grad_reducer.h"

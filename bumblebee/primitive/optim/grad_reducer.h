@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "bumblebee/dist/communicator.h"
+#include "bumblebee/distributed/communicator.h"
 #include "bumblebee/primitive/modules/parameter.h"
 
 namespace bb {

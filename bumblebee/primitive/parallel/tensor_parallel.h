@@ -15,7 +15,7 @@
 // gradients are summed over the group once per step.
 #pragma once
 
-#include "bumblebee/dist/communicator.h"
+#include "bumblebee/distributed/communicator.h"
 
 namespace bb {
 

@@ -2,8 +2,8 @@
 #include <mpi.h>
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/dist/communicator_mpi.h"
-#include "bumblebee/dist/mpi_bootstrap.h"
+#include "bumblebee/distributed/communicator_mpi.h"
+#include "bumblebee/distributed/mpi_bootstrap.h"
 
 namespace bb::dist::mpi {
 

@@ -1,5 +1,5 @@
 // Launcher detection from environment variables.
-#include "bumblebee/dist/launch.h"
+#include "bumblebee/distributed/launch.h"
 
 #include <cstdlib>
 #include <string>

@@ -1,6 +1,6 @@
 // CUDA device memory for core/: the stream-ordered pool, copies, casts.
-// Declared here so core/ needs nothing from ops/; defined by the CUDA backend
-// (ops/cuda/cuda_memory.cu), which is only compiled in CUDA builds.
+// Plain C++ declarations, so tensor.cpp compiles in CPU-only builds; defined
+// in cuda_memory.cu beside this file, which only CUDA builds compile.
 //
 // Every allocation comes from a cudaMallocAsync pool on the current stream,
 // so a training step does no cudaMalloc after the first one; an

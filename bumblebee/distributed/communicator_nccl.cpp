@@ -12,8 +12,8 @@
 #include <cstring>
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/dist/device_collectives.h"
-#include "bumblebee/ops/cuda/cuda_context.h"
+#include "bumblebee/distributed/device_collectives.h"
+#include "bumblebee/core/cuda/cuda_context.h"
 #include "bumblebee/ops/op_profile.h"
 
 #define NCCL_CHECK(call, group)                                                                        \

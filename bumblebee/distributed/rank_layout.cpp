@@ -1,5 +1,5 @@
 // Rank layout arithmetic: world ranks as mixed-radix numbers over the parallel dimensions.
-#include "bumblebee/dist/rank_layout.h"
+#include "bumblebee/distributed/rank_layout.h"
 
 #include "bumblebee/core/error.h"
 

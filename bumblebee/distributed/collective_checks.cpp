@@ -1,5 +1,5 @@
 // Shape, dtype, device and root checks for the collectives.
-#include "bumblebee/dist/collective_checks.h"
+#include "bumblebee/distributed/collective_checks.h"
 
 namespace bb::dist {
 

@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "bumblebee/dist/communicator.h"
-#include "bumblebee/dist/launch.h"
+#include "bumblebee/distributed/communicator.h"
+#include "bumblebee/distributed/launch.h"
 
 namespace bb::dist {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "bumblebee/dist/communicator.h"
+#include "bumblebee/distributed/communicator.h"
 
 namespace bb::dist::mpi {
 

@@ -1,10 +1,10 @@
 // ParallelState construction: agree on the sizes, lay out the ranks, split the world.
-#include "bumblebee/dist/parallel_state.h"
+#include "bumblebee/distributed/parallel_state.h"
 
 #include <array>
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 
 namespace bb::dist {
 

@@ -1,5 +1,5 @@
 // The single-rank Communicator: identities, copies, and the shared argument checks.
-#include "bumblebee/dist/communicator.h"
+#include "bumblebee/distributed/communicator.h"
 
 #include <gtest/gtest.h>
 

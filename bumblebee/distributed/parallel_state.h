@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "bumblebee/dist/communicator.h"
-#include "bumblebee/dist/rank_layout.h"
+#include "bumblebee/distributed/communicator.h"
+#include "bumblebee/distributed/rank_layout.h"
 
 namespace bb::dist {
 

@@ -1,5 +1,5 @@
 // Launcher detection from fake environments: mpirun, bbrun, srun, mpiexec, none.
-#include "bumblebee/dist/launch.h"
+#include "bumblebee/distributed/launch.h"
 
 #include <gtest/gtest.h>
 

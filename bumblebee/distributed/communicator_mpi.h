@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "bumblebee/dist/communicator.h"
+#include "bumblebee/distributed/communicator.h"
 
 namespace bb::dist {
 

@@ -1,10 +1,10 @@
 // World bootstrap: launcher detection, then MPI or a single-process world.
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 
 #include <cstdlib>
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/dist/mpi_bootstrap.h"
+#include "bumblebee/distributed/mpi_bootstrap.h"
 
 namespace bb::dist {
 

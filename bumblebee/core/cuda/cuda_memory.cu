@@ -6,14 +6,15 @@
 // allocates with no cudaMalloc and no synchronisation. Allocation and free are
 // ordered on the backend's current stream, which is what makes freeing a
 // tensor right after launching the last kernel that reads it safe.
-#include "bumblebee/core/cuda_memory.h"
+#include "bumblebee/core/cuda/cuda_memory.h"
 
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
 
-#include "bumblebee/ops/cuda/cuda_common.cuh"
+#include "bumblebee/core/cuda/device_convert.cuh"
+#include "bumblebee/core/error.h"
 
 namespace bb::cuda {
 namespace {

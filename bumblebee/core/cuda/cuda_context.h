@@ -9,7 +9,8 @@
 // environment, synchronises so that an asynchronous fault is reported at the
 // kernel that caused it).
 //
-// Included only by sources under ops/cuda, which CPU-only builds skip.
+// Included only by sources under core/cuda, ops/cuda and the NCCL communicator,
+// which CPU-only builds skip.
 #pragma once
 
 #include <cublasLt.h>

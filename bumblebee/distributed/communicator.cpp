@@ -1,8 +1,8 @@
 // The single-rank Communicator: every collective is the identity (or a copy),
 // on host and CUDA tensors alike, so one-process runs need neither MPI nor NCCL.
-#include "bumblebee/dist/communicator.h"
+#include "bumblebee/distributed/communicator.h"
 
-#include "bumblebee/dist/collective_checks.h"
+#include "bumblebee/distributed/collective_checks.h"
 
 namespace bb::dist {
 

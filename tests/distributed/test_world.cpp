@@ -1,5 +1,5 @@
 // World in a process started without a launcher: one rank, no MPI.
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Rank layout against Megatron-Core's documented examples and hand-worked cases.
-#include "bumblebee/dist/rank_layout.h"
+#include "bumblebee/distributed/rank_layout.h"
 
 #include <gtest/gtest.h>
 

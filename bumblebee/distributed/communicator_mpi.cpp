@@ -12,15 +12,15 @@
 // reduce_scatter_async starts the same MPI_Ialltoall and sums in wait(), so
 // it returns the blocking form's bits; only the calling thread touches MPI
 // (MPI_THREAD_FUNNELED), and test() is what lets the transfer progress.
-#include "bumblebee/dist/communicator_mpi.h"
+#include "bumblebee/distributed/communicator_mpi.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
 #include <vector>
 
-#include "bumblebee/dist/collective_checks.h"
-#include "bumblebee/dist/device_collectives.h"
+#include "bumblebee/distributed/collective_checks.h"
+#include "bumblebee/distributed/device_collectives.h"
 
 namespace bb::dist {
 

@@ -1,5 +1,5 @@
 // Per-device streams, cuBLASLt handles and workspaces; CUDA error reporting.
-#include "bumblebee/ops/cuda/cuda_context.h"
+#include "bumblebee/core/cuda/cuda_context.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -1,11 +1,11 @@
 // ParallelState in one process: single_rank, create on a one-rank world, size errors, check_divisible.
-#include "bumblebee/dist/parallel_state.h"
+#include "bumblebee/distributed/parallel_state.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
 
-#include "bumblebee/dist/world.h"
+#include "bumblebee/distributed/world.h"
 
 using bb::dist::GroupSizes;
 using bb::dist::ParallelState;

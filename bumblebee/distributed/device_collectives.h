@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "bumblebee/dist/communicator.h"
+#include "bumblebee/distributed/communicator.h"
 
 namespace bb::dist {
 
