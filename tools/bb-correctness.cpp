@@ -106,6 +106,7 @@ int run(int argc, char** argv) {
   o.adam_beta2 = args.get_double("optimizer.adam_beta2", 0.999);
   o.adam_eps = args.get_double("optimizer.adam_eps", 1e-8);
   o.weight_decay = args.get_double("optimizer.weight_decay", 0.01);
+  o.no_weight_decay_1d = false;   // torch.optim.AdamW semantics
   o.clip_grad = args.get_double("optimizer.clip_grad", 0.0);
   o.grad_bucket_size = args.get_int("optimizer.grad_bucket_size", o.grad_bucket_size);
   const int64_t steps = args.get_int("steps", 0);

@@ -2,21 +2,32 @@
 // run, load and export it without knowing its architecture.
 //
 // A protocol turns an HF config.json (plus overrides) into the model's config,
-// and builds a CausalLM from it. A CausalLM owns its parameters (one
-// ParamStore, HF-named and tensor-parallel-sharded) and runs one microbatch
-// forward and backward with explicit activations. Model code composes
-// primitives only; it never calls a collective itself.
+// and builds a ModelChunk from it: the part of the model one rank holds for
+// one pipeline stage (or one virtual-pipeline chunk), a contiguous range of
+// decoder layers plus the embedding on the first stage and the final norm, LM
+// head and loss on the last. The whole model is the one-stage case. A chunk
+// owns its parameters (one ParamStore, HF-named, tensor-parallel-sharded and
+// sorted into parameter groups) and runs one microbatch forward and backward
+// with explicit activations. The protocol also loads the chunk's weights from
+// an HF checkpoint and exports them in HF naming, through the model package's
+// own checkpoint mapping. Model code composes primitives only; it never calls
+// a collective itself.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "bumblebee/distributed/parallel_state.h"
-#include "bumblebee/primitive/modules/decoder_layer.h"
+#include "bumblebee/primitive/ckpt/hf_checkpoint.h"
+#include "bumblebee/primitive/ckpt/weight_mapping.h"
+#include "bumblebee/primitive/modules/block.h"
+#include "bumblebee/primitive/modules/layer_range.h"
 #include "bumblebee/primitive/modules/parameter.h"
+#include "bumblebee/primitive/parallel/parallel_context.h"
+#include "bumblebee/primitive/recompute/recompute.h"
 
 namespace bb {
 
@@ -30,50 +41,67 @@ struct DeviceMicroBatch {
 };
 
 struct BuildContext {
-  std::shared_ptr<dist::ParallelState> parallel;
+  std::shared_ptr<ParallelContext> parallel;
   Device device = Device::cpu();
   DType dtype = DType::F32;        // parameter and activation dtype
   DType grad_dtype = DType::F32;   // gradient buffer dtype
   DType residual_dtype = DType::F32;  // the residual stream between layers: dtype, or float32 over bfloat16
-  Recompute recompute = Recompute::None;
+  RecomputeMode recompute = RecomputeMode::None;
   nlohmann::json impl_cfg = nlohmann::json::object();
   double temperature = 1.0;
-  int64_t dp_pad = 1;              // each gradient bucket padded to a multiple of this
+  LayerRange layers;
+  ParamGroupFn param_groups;       // empty: one trainable group over one rank
   int64_t grad_bucket_size = 0;    // elements per gradient bucket (<= 0: one bucket), see grad_bucket_layout.h
 };
 
 // Told that a parameter's gradient is final for this step.
 using GradReadyFn = std::function<void(const Parameter&)>;
 
-// Forward activations a CausalLM keeps for its backward; opaque to the runtime.
+// Forward activations a chunk keeps for its backward; opaque to the runtime.
 struct ForwardState {
   virtual ~ForwardState() = default;
 };
 
-class CausalLM {
+class ModelChunk {
  public:
-  virtual ~CausalLM() = default;
+  virtual ~ModelChunk() = default;
   virtual ParamStore& params() = 0;
   virtual const nlohmann::json& config() const = 0;
   virtual int64_t vocab_size() const = 0;
-  // FLOPs of one forward+backward over `tokens` tokens in sequences of
-  // `seq_len` (6N per token plus causal attention), for MFU reports.
+  virtual const LayerRange& layers() const = 0;
+  bool is_first_stage() const { return layers().pre_process; }
+  bool is_last_stage() const { return layers().post_process; }
+  // FLOPs of one forward+backward of the whole model over `tokens` tokens in
+  // sequences of `seq_len` (6N per token plus causal attention), for MFU reports.
   virtual double train_flops(int64_t tokens, int64_t seq_len) const = 0;
-  // Initialise every parameter from `seed` (same values for any tp layout).
+  // Initialise every parameter from `seed` (same values for any layout).
   virtual void init_weights(uint64_t seed) = 0;
-  // Per-token loss [T] (= -log p(label), stat dtype). When dloss [T] is
-  // defined the loss gradient is folded into this pass (fused head).
-  virtual Tensor forward(const DeviceMicroBatch& mb, const Tensor& dloss, std::unique_ptr<ForwardState>& state) = 0;
-  // On the last microbatch of a step `on_grad_ready` is set (empty on the
-  // others): then, as soon as backward is done with a parameter, the model
-  // makes its gradient final, reducing over tp what the tp group must agree
-  // on (the gradients of tp-replicated parameters), and reports it, every
-  // parameter exactly once. The data-parallel reduction of its bucket may
-  // start right away, so the gradient must not change after the report.
-  virtual void backward(const DeviceMicroBatch& mb, const Tensor& dloss, ForwardState& state,
-                        const GradReadyFn& on_grad_ready) = 0;
+  // Parameters that another stage holds a copy of and that must stay equal
+  // (a tied embedding on the first and the last stage): their gradients are
+  // summed over the stages that hold them. Empty for the whole model.
+  virtual std::vector<Parameter*> tied_params() = 0;
+
+  // One microbatch forward. The first stage reads mb.input_ids (`hidden_in`
+  // is ignored); later stages take the previous stage's output `hidden_in`
+  // [T/tp, H]. Returns the hidden states for the next stage, or on the last
+  // stage the per-token loss [T] (= -log p(label), stat dtype). When the last
+  // stage gets `dloss` [T] the loss gradient is folded into this pass (fused
+  // head).
+  virtual Tensor forward(const DeviceMicroBatch& mb, const Tensor& hidden_in, const Tensor& dloss,
+                         std::unique_ptr<ForwardState>& state) = 0;
+  // The matching backward: `grad_out` is the gradient of this chunk's output
+  // (dloss [T] on the last stage). Returns the gradient of `hidden_in`
+  // (undefined on the first stage). On the last microbatch of a step
+  // `on_grad_ready` is set (empty on the others): then, as soon as backward is
+  // done with a parameter, the chunk makes its gradient final, reducing over tp
+  // what the tp group must agree on (the gradients of tp-replicated
+  // parameters), and reports it, every trainable parameter exactly once. The
+  // data-parallel reduction of its bucket may start right away, so the
+  // gradient must not change after the report.
+  virtual Tensor backward(const DeviceMicroBatch& mb, const Tensor& grad_out, ForwardState& state,
+                          const GradReadyFn& on_grad_ready) = 0;
   // Full-vocabulary logits [T, V] of one microbatch (no gradients; gathered
-  // over tp), for validation against a reference.
+  // over tp), for validation against a reference. Whole model only.
   virtual Tensor logits(const DeviceMicroBatch& mb) = 0;
 };
 
@@ -82,7 +110,14 @@ class ModelProtocol {
   virtual ~ModelProtocol() = default;
   // HF config.json (already read) + overrides -> this model's config (json).
   virtual nlohmann::json build_model_config(const nlohmann::json& hf_config, const nlohmann::json& overrides) const = 0;
-  virtual std::unique_ptr<CausalLM> build_model(const nlohmann::json& model_config, const BuildContext& ctx) const = 0;
+  virtual std::unique_ptr<ModelChunk> build_model(const nlohmann::json& model_config, const BuildContext& ctx) const = 0;
+  // Fills the chunk's parameters from an HF checkpoint: each rank reads the
+  // tensors of its own layers and only its shard of each; tensors of other
+  // stages may be present.
+  virtual void load_hf_weights(ModelChunk& chunk, const HFCheckpoint& ckpt) const = 0;
+  // Streams the chunk's parameters as full tensors in HF naming (gathered over
+  // tp); every rank of the tp group must call it.
+  virtual void export_hf_weights(ModelChunk& chunk, ParallelContext& pc, const WeightSink& sink) const = 0;
 };
 
 }  // namespace bb

@@ -228,6 +228,19 @@ int64_t count_zeros(const Tensor& x) {
   BB_DISPATCH_CUDA(count_zeros, x);
 }
 
+void dot(const Tensor& a, const Tensor& b, Tensor& out) {
+  const char* op = "dot";
+  const Device dev = common_device(op, {{a, "a"}, {b, "b"}, {out, "out"}});
+  expect_shape(op, b, "b", a.shape());
+  expect_shape(op, out, "out", {1});
+  BB_CHECK(out.dtype() == DType::F64, op, ": out must be float64, got ", dtype_name(out.dtype()));
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{a, "a"}, {b, "b"}});
+    BB_DISPATCH_CPU(dot, a, b, out);
+  }
+  BB_DISPATCH_CUDA(dot, a, b, out);
+}
+
 bool all_finite(const Tensor& x) {
   const char* op = "all_finite";
   if (common_device(op, {{x, "x"}}).is_cpu()) {

@@ -41,6 +41,10 @@ double sum(const Tensor& x);
 double sum_squares(const Tensor& x);   // sum of x^2, accumulated in double (CPU) or fp32 blocks + double (CUDA)
 int64_t count_zeros(const Tensor& x);
 bool all_finite(const Tensor& x);
+// out [1] float64 = sum_i a_i * b_i, left on the device of a and b (no sync):
+// the loss of a microbatch (per-token loss . loss mask) stays on the device
+// until the step reads all of them at once.
+void dot(const Tensor& a, const Tensor& b, Tensor& out);
 
 // ---- embedding ----------------------------------------------------------------
 // weight [V_local, H], ids [N] (int32/int64, global ids), out [N, H].

@@ -3,6 +3,7 @@
 // Layout of a checkpoint directory:
 //   model/                        the model as an HF checkpoint (config.json + safetensors), from rank 0
 //   optimizer/rank-R-of-W.safetensors   master weights and Adam moments of rank R's slice
+//                                 of every trainable parameter group G ("G.master", "G.exp_avg", "G.exp_avg_sq")
 //   trainer_state.json            steps, scheduler steps and the parallel layout that wrote it
 // Every rank writes into DIR.tmp; after a barrier rank 0 moves an existing DIR
 // aside, renames DIR.tmp to DIR and only then deletes the old one.
@@ -10,7 +11,6 @@
 #include <fstream>
 
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
-#include "bumblebee/primitive/ckpt/hf_weights.h"
 #include "bumblebee/primitive/ckpt/safetensors.h"
 #include "bumblebee/runtime/model_state.h"
 #include "bumblebee/runtime/runtime.h"
@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kFormatVersion = 1;
+// 2: optimizer state per parameter group.
+constexpr int kFormatVersion = 2;
 
 std::string optimizer_file(const std::string& dir, int rank, int world) {
   return dir + "/optimizer/rank-" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
@@ -30,7 +31,8 @@ std::string optimizer_file(const std::string& dir, int rank, int world) {
 // What decides which slice of the optimizer state each rank holds.
 nlohmann::json layout_of(dist::ParallelState& ps, const ModelState& st) {
   return {{"world_size", ps.world_size()}, {"tp", ps.tp_size()}, {"dp", ps.dp_size()}, {"pp", ps.pp_size()},
-          {"cp", ps.cp_size()}, {"grad_bucket_size", st.cfg.optimizer.grad_bucket_size}};
+          {"cp", ps.cp_size()}, {"grad_bucket_size", st.cfg.optimizer.grad_bucket_size},
+          {"no_weight_decay_1d", st.cfg.optimizer.no_weight_decay_1d}, {"frozen_params", st.cfg.frozen_params}};
 }
 
 }  // namespace
@@ -47,8 +49,13 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
   ps.world().barrier();
   save_hf_checkpoint(h, tmp + "/model");
   DistributedOptimizer& opt = *st.optimizer;
-  write_safetensors(optimizer_file(tmp, ps.world_rank(), ps.world_size()),
-                    {{"master", opt.master()}, {"exp_avg", opt.exp_avg()}, {"exp_avg_sq", opt.exp_avg_sq()}},
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (DistributedOptimizer::GroupState& g : opt.groups()) {
+    const std::string& name = g.group->name();
+    state.insert(state.end(), {{name + ".master", g.master}, {name + ".exp_avg", g.exp_avg},
+                               {name + ".exp_avg_sq", g.exp_avg_sq}});
+  }
+  write_safetensors(optimizer_file(tmp, ps.world_rank(), ps.world_size()), state,
                     {{"steps_taken", std::to_string(opt.steps_taken())}});
   ps.world().barrier();
   if (root) {
@@ -87,17 +94,21 @@ int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
   BB_CHECK(state.at("model_config") == st.model->config(), "checkpoint ", dir,
            " holds a model with another config than the one built (compare trainer_state.json's model_config)");
 
-  load_hf_weights(st.model->params(), HFCheckpoint::open(dir + "/model"));
+  st.protocol->load_hf_weights(*st.model, HFCheckpoint::open(dir + "/model"));
   DistributedOptimizer& opt = *st.optimizer;
   const SafetensorsFile f = SafetensorsFile::open(optimizer_file(dir, ps.world_rank(), ps.world_size()));
-  for (auto [name, dst] : {std::pair<const char*, Tensor*>{"master", &opt.master()}, {"exp_avg", &opt.exp_avg()},
-                           {"exp_avg_sq", &opt.exp_avg_sq()}}) {
-    BB_CHECK(f.has(name), "optimizer state of rank ", ps.world_rank(), " in ", dir, " lacks '", name, "'");
-    const Tensor t = f.get(name);
-    BB_CHECK(t.shape() == dst->shape() && t.dtype() == dst->dtype(), "optimizer state '", name, "' in ", dir,
-             " is ", dtype_name(t.dtype()), shape_str(t.shape()), ", this run expects ", dtype_name(dst->dtype()),
-             shape_str(dst->shape()));
-    dst->copy_from(t);
+  for (DistributedOptimizer::GroupState& g : opt.groups()) {
+    const std::string& group = g.group->name();
+    for (auto [part, dst] : {std::pair<const char*, Tensor*>{"master", &g.master}, {"exp_avg", &g.exp_avg},
+                             {"exp_avg_sq", &g.exp_avg_sq}}) {
+      const std::string name = group + "." + part;
+      BB_CHECK(f.has(name), "optimizer state of rank ", ps.world_rank(), " in ", dir, " lacks '", name, "'");
+      const Tensor t = f.get(name);
+      BB_CHECK(t.shape() == dst->shape() && t.dtype() == dst->dtype(), "optimizer state '", name, "' in ", dir,
+               " is ", dtype_name(t.dtype()), shape_str(t.shape()), ", this run expects ", dtype_name(dst->dtype()),
+               shape_str(dst->shape()));
+      dst->copy_from(t);
+    }
   }
   opt.set_steps_taken(state.at("steps_taken").get<int64_t>());
   st.scheduler_steps = state.at("scheduler_steps").get<int64_t>();

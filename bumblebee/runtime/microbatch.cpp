@@ -20,7 +20,7 @@ std::vector<PackedBatch> split_microbatches(const PackedBatch& batch, int n) {
 }
 
 PreparedMicroBatch prepare_microbatch(const PackedBatch& mb_in, int64_t vocab_size, int64_t pad_multiple,
-                                      Device dev) {
+                                      Device dev, DType loss_dtype) {
   const PackedBatch mb = mb_in.with_defaults();
   const int64_t T = mb.total_tokens();
   for (int64_t i = 0; i < T; ++i) {
@@ -66,6 +66,7 @@ PreparedMicroBatch prepare_microbatch(const PackedBatch& mb_in, int64_t vocab_si
   d.seq.cu_seqlens = Tensor::from_vector(cu, {int64_t(cu.size())}).to(dev);
   d.seq.max_seqlen = max_len;
   d.num_tokens = padded;
+  out.device_loss_mask = Tensor::from_doubles(out.loss_mask, {padded}, loss_dtype).to(dev);
   return out;
 }
 

@@ -1,4 +1,5 @@
-// ModelState: everything a ModelHandle refers to (model, optimizer, schedule, mode).
+// ModelState: everything a ModelHandle refers to (protocol, model chunk,
+// optimizer, lr schedule, mode).
 #pragma once
 
 #include <memory>
@@ -14,7 +15,9 @@ struct ModelState {
   BBConfig cfg;
   nlohmann::json hf_config;              // config.json as read
   std::shared_ptr<dist::ParallelState> parallel;
-  std::unique_ptr<CausalLM> model;
+  std::shared_ptr<ParallelContext> context;       // the groups the model's modules use
+  std::shared_ptr<ModelProtocol> protocol;         // builds, loads and exports the model
+  std::unique_ptr<ModelChunk> model;
   std::unique_ptr<DistributedOptimizer> optimizer;
   std::unique_ptr<LRSchedule> schedule;
   int64_t scheduler_steps = 0;

@@ -8,11 +8,11 @@
 #include "bumblebee/distributed/world.h"
 #include "bumblebee/model/registry.h"
 #include "bumblebee/ops/ops.h"
-#include "bumblebee/primitive/ckpt/hf_weights.h"
-#include "bumblebee/primitive/parallel/tensor_parallel.h"
 #include "bumblebee/primitive/modules/rmsnorm.h"
+#include "bumblebee/primitive/optim/param_groups.h"
 #include "bumblebee/runtime/microbatch.h"
 #include "bumblebee/runtime/model_state.h"
+#include "bumblebee/runtime/schedule.h"
 
 namespace bb {
 
@@ -25,7 +25,7 @@ int ModelHandle::dp_rank() const { return state().parallel->dp_rank(); }
 int ModelHandle::dp_size() const { return state().parallel->dp_size(); }
 dist::Communicator& ModelHandle::dp_group() const { return state().parallel->dp(); }
 const nlohmann::json& ModelHandle::config() const { return state().model->config(); }
-CausalLM& ModelHandle::model() const { return *state().model; }
+ModelChunk& ModelHandle::model() const { return *state().model; }
 DistributedOptimizer& ModelHandle::optimizer() const { return *state().optimizer; }
 
 ModeGuard::ModeGuard(ModelState& s, bool training) : state_(&s), previous_(s.training) { s.training = training; }
@@ -112,11 +112,12 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   BB_CHECK(std::filesystem::exists(config_path), "no config.json in hf_path ", cfg_.hf_path);
   st->hf_config = read_json_file(config_path);
   const std::string model_type = st->hf_config.value("model_type", std::string());
-  auto protocol = resolve_model(bcfg.model_name, bcfg.impl, model_type);
-  const nlohmann::json model_cfg = protocol->build_model_config(st->hf_config, bcfg.model_overrides);
+  st->protocol = resolve_model(bcfg.model_name, bcfg.impl, model_type);
+  const nlohmann::json model_cfg = st->protocol->build_model_config(st->hf_config, bcfg.model_overrides);
+  st->context = std::make_shared<ParallelContext>(parallel_);
 
   BuildContext ctx;
-  ctx.parallel = parallel_;
+  ctx.parallel = st->context;
   ctx.device = device_;
   ctx.dtype = resolve_dtype(cfg_.backend == "ref" && bcfg.dtype == "auto" ? "float64" : bcfg.dtype, device_);
   ctx.grad_dtype = ctx.dtype == DType::BF16 ? DType::F32 : ctx.dtype;
@@ -124,13 +125,16 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.recompute = recompute_from_name(bcfg.recompute);
   ctx.impl_cfg = bcfg.impl_cfg;
   ctx.temperature = bcfg.temperature;
-  ctx.dp_pad = parallel_->dp_size();
+  ParamGroupOptions groups;
+  groups.no_weight_decay_1d = bcfg.optimizer.no_weight_decay_1d;
+  groups.frozen = bcfg.frozen_params;
+  ctx.param_groups = make_param_groups(*parallel_, groups);
   BB_CHECK(bcfg.optimizer.grad_bucket_size > 0, "optimizer.grad_bucket_size must be > 0, got ",
            bcfg.optimizer.grad_bucket_size);
   ctx.grad_bucket_size = bcfg.optimizer.grad_bucket_size;
-  st->model = protocol->build_model(model_cfg, ctx);
+  st->model = st->protocol->build_model(model_cfg, ctx);
   if (bcfg.load_hf_weights) {
-    load_hf_weights(st->model->params(), HFCheckpoint::open(cfg_.hf_path));
+    st->protocol->load_hf_weights(*st->model, HFCheckpoint::open(cfg_.hf_path));
   } else {
     st->model->init_weights(bcfg.seed);
   }
@@ -161,7 +165,7 @@ std::unique_ptr<ModeGuard> Runtime::train_mode(ModelHandle& h) { return std::mak
 std::unique_ptr<ModeGuard> Runtime::eval_mode(ModelHandle& h) { return std::make_unique<ModeGuard>(h.state(), false); }
 
 void Runtime::zero_grad(ModelHandle& h) {
-  h.optimizer().grads().invalidate();
+  h.optimizer().invalidate_grads();
   h.model().params().zero_grads();
 }
 
@@ -169,71 +173,88 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
                                         int num_microbatches, bool forward_only) {
   ModelState& st = h.state();
   forward_only = forward_only || !st.training;
-  CausalLM& model = *st.model;
+  ModelChunk& model = *st.model;
+  const DType loss_dt = stat_dtype(model.params().param_dtype());
   const std::vector<PackedBatch> mbs = split_microbatches(data, num_microbatches);
   std::vector<PreparedMicroBatch> prepared;
   double local_tokens = 0;
   for (const PackedBatch& mb : mbs) {
-    prepared.push_back(prepare_microbatch(mb, model.vocab_size(), parallel_->tp_size(), device_));
+    prepared.push_back(prepare_microbatch(mb, model.vocab_size(), parallel_->tp_size(), device_, loss_dt));
     local_tokens += prepared.back().loss_tokens;
   }
   // The built-in loss is the mean over every loss token of the global batch,
   // so any split over microbatches and dp ranks gives the same gradients.
   const double global_tokens = parallel_->dp().all_reduce_scalar(local_tokens);
-  const DType st_dt = stat_dtype(model.params().flat_params().dtype());
 
   ForwardResult result;
   result.num_tokens = int64_t(global_tokens);
+  result.model_output.resize(mbs.size());
+  // The built-in loss: each microbatch's masked loss sum stays on the device
+  // until the one host read after the schedule. A custom loss (and a
+  // forward-only call, which returns per-token log-probs) reads each
+  // microbatch's per-token loss on the host.
+  const bool host_outputs = bool(loss_fn) || forward_only;
+  Tensor loss_sums = Tensor::zeros({int64_t(mbs.size())}, DType::F64, device_);
   double local_loss_sum = 0;
-  GradReducer& reducer = st.optimizer->grads();
-  if (!forward_only) reducer.invalidate();
-  // The last microbatch's backward reports finished parameters so their buckets' dp reduction overlaps the rest.
-  const GradReadyFn on_grad_ready = [&reducer](const Parameter& p) { reducer.grad_ready(p); };
-  for (size_t i = 0; i < mbs.size(); ++i) {
+  ScheduleHooks hooks;
+  hooks.fused_dloss = [&](size_t i) -> Tensor {
+    if (loss_fn) return Tensor();
+    Tensor d = prepared[i].device_loss_mask.clone();
+    ops::scale_(d, global_tokens > 0 ? 1.0 / global_tokens : 0.0);
+    return d;
+  };
+  hooks.loss = [&](size_t i, const Tensor& token_loss) -> Tensor {
     PreparedMicroBatch& pm = prepared[i];
-    const int64_t T = pm.device.num_tokens;
-    const bool fused = !forward_only && !loss_fn;
-    Tensor dloss;
-    if (fused) {
-      std::vector<double> d(pm.loss_mask);
-      for (double& x : d) x = global_tokens > 0 ? x / global_tokens : 0.0;
-      dloss = Tensor::from_doubles(d, {T}, st_dt).to(device_);
+    if (!host_outputs) {
+      Tensor slot = loss_sums.narrow(i, 1);
+      ops::dot(token_loss, pm.device_loss_mask, slot);
+      return Tensor();
     }
-    std::unique_ptr<ForwardState> state;
-    const std::vector<double> token_loss = model.forward(pm.device, dloss, state).to_doubles();
-
-    ModelOutputs out;
+    const std::vector<double> tl = token_loss.to_doubles();
+    ModelOutputs& out = result.model_output[i];
     out.log_probs.assign(size_t(pm.real_tokens), 0.0);
     out.token_loss.assign(size_t(pm.real_tokens), 0.0);
     double mb_loss_sum = 0;
     for (int64_t t = 0; t < pm.real_tokens; ++t) {
       if (!pm.has_label[size_t(t)]) continue;
-      out.log_probs[size_t(t)] = -token_loss[size_t(t)];
-      out.token_loss[size_t(t)] = pm.loss_mask[size_t(t)] * token_loss[size_t(t)];
+      out.log_probs[size_t(t)] = -tl[size_t(t)];
+      out.token_loss[size_t(t)] = pm.loss_mask[size_t(t)] * tl[size_t(t)];
       mb_loss_sum += out.token_loss[size_t(t)];
     }
-    if (loss_fn) {
-      LossOutput lo = loss_fn(out, mbs[i]);
-      out.loss = lo.loss;
-      for (const auto& [k, v] : lo.metrics) result.metrics[k].push_back(v);
-      result.metrics["loss"].push_back(lo.loss);
-      local_loss_sum += lo.loss;
-      if (!forward_only) {
-        BB_CHECK(int64_t(lo.grad_log_probs.size()) == pm.real_tokens, "loss_fn returned ", lo.grad_log_probs.size(),
-                 " log-prob gradients for a microbatch of ", pm.real_tokens, " tokens");
-        std::vector<double> d(size_t(T), 0.0);
-        for (int64_t t = 0; t < pm.real_tokens; ++t) d[size_t(t)] = -lo.grad_log_probs[size_t(t)];
-        dloss = Tensor::from_doubles(d, {T}, st_dt).to(device_);
-      }
-    } else {
+    if (!loss_fn) {
       out.loss = pm.loss_tokens > 0 ? mb_loss_sum / pm.loss_tokens : 0.0;
       result.metrics["loss"].push_back(out.loss);
       local_loss_sum += mb_loss_sum;
+      return Tensor();
     }
-    if (!forward_only) model.backward(pm.device, dloss, *state, i + 1 == mbs.size() ? on_grad_ready : GradReadyFn());
-    result.model_output.push_back(std::move(out));
+    LossOutput lo = loss_fn(out, mbs[i]);
+    out.loss = lo.loss;
+    for (const auto& [k, v] : lo.metrics) result.metrics[k].push_back(v);
+    result.metrics["loss"].push_back(lo.loss);
+    local_loss_sum += lo.loss;
+    if (forward_only) return Tensor();
+    BB_CHECK(int64_t(lo.grad_log_probs.size()) == pm.real_tokens, "loss_fn returned ", lo.grad_log_probs.size(),
+             " log-prob gradients for a microbatch of ", pm.real_tokens, " tokens");
+    std::vector<double> d(size_t(pm.device.num_tokens), 0.0);
+    for (int64_t t = 0; t < pm.real_tokens; ++t) d[size_t(t)] = -lo.grad_log_probs[size_t(t)];
+    return Tensor::from_doubles(d, {pm.device.num_tokens}, loss_dt).to(device_);
+  };
+  DistributedOptimizer& opt = *st.optimizer;
+  if (!forward_only) opt.invalidate_grads();
+  // The last microbatch's backward reports finished parameters so their buckets' dp reduction overlaps the rest.
+  const GradReadyFn on_grad_ready = [&opt](const Parameter& p) { opt.grad_ready(p); };
+  run_sequential_schedule(model, prepared, forward_only, hooks, on_grad_ready);
+  if (!forward_only) opt.check_all_reported();
+
+  if (!host_outputs) {
+    const std::vector<double> sums = loss_sums.to_doubles();   // the step's one host sync for the loss
+    for (size_t i = 0; i < sums.size(); ++i) {
+      const double tokens = prepared[i].loss_tokens;
+      result.model_output[i].loss = tokens > 0 ? sums[i] / tokens : 0.0;
+      result.metrics["loss"].push_back(result.model_output[i].loss);
+      local_loss_sum += sums[i];
+    }
   }
-  if (!forward_only) reducer.check_all_reported();
   if (loss_fn) {
     result.loss = parallel_->dp().all_reduce_scalar(local_loss_sum) / double(parallel_->dp_size() * mbs.size());
   } else {
@@ -260,13 +281,14 @@ double Runtime::lr_scheduler_step(ModelHandle& h) {
 }
 
 Tensor Runtime::logits(ModelHandle& h, const PackedBatch& data) {
-  PreparedMicroBatch pm = prepare_microbatch(data, h.model().vocab_size(), parallel_->tp_size(), device_);
+  PreparedMicroBatch pm = prepare_microbatch(data, h.model().vocab_size(), parallel_->tp_size(), device_,
+                                             stat_dtype(h.model().params().param_dtype()));
   return h.model().logits(pm.device).narrow(0, pm.real_tokens);
 }
 
-void Runtime::export_weights(ModelHandle& h, const std::function<void(const std::string&, const Tensor&)>& sink) {
-  TensorParallel tp(parallel_->tp());
-  export_hf_weights(h.model().params(), tp, sink);
+void Runtime::export_weights(ModelHandle& h, const WeightSink& sink) {
+  ModelState& st = h.state();
+  st.protocol->export_hf_weights(*st.model, *st.context, sink);
 }
 
 void Runtime::save_hf_checkpoint(ModelHandle& h, const std::string& dir) {

@@ -38,7 +38,7 @@ class ModelHandle {
   int dp_size() const;
   dist::Communicator& dp_group() const;
   const nlohmann::json& config() const;   // the model's normalised config
-  CausalLM& model() const;
+  ModelChunk& model() const;
   DistributedOptimizer& optimizer() const;
   ModelState& state() const;
 
@@ -81,7 +81,7 @@ class Runtime {
   // Full-vocabulary logits [T, V] (host, float64) of a batch, for validation.
   Tensor logits(ModelHandle& h, const PackedBatch& data);
   // Streams (hf_name, full host tensor) pairs in HF naming; every rank of the tp group must call it.
-  void export_weights(ModelHandle& h, const std::function<void(const std::string&, const Tensor&)>& sink);
+  void export_weights(ModelHandle& h, const WeightSink& sink);
   // Writes the model as an HF checkpoint directory (config.json + safetensors) from rank 0.
   void save_hf_checkpoint(ModelHandle& h, const std::string& dir);
   // Training checkpoint (collective, every rank): the model as an HF directory,

@@ -15,8 +15,14 @@ class MyLlamaProtocol : public bb::ModelProtocol {
     cfg["model_type"] = "my_llama";
     return cfg;
   }
-  std::unique_ptr<bb::CausalLM> build_model(const nlohmann::json& cfg, const bb::BuildContext& ctx) const override {
+  std::unique_ptr<bb::ModelChunk> build_model(const nlohmann::json& cfg, const bb::BuildContext& ctx) const override {
     return base_.build_model(cfg, ctx);
+  }
+  void load_hf_weights(bb::ModelChunk& chunk, const bb::HFCheckpoint& ckpt) const override {
+    base_.load_hf_weights(chunk, ckpt);
+  }
+  void export_hf_weights(bb::ModelChunk& chunk, bb::ParallelContext& pc, const bb::WeightSink& sink) const override {
+    base_.export_hf_weights(chunk, pc, sink);
   }
 
  private:

@@ -32,6 +32,7 @@ void check_fixture(const std::string& name, const std::string& dtype, const Tole
   o.adam_eps = adamw["eps"];
   o.weight_decay = adamw["weight_decay"];
   o.clip_grad = 0.0;
+  o.no_weight_decay_1d = false;   // torch.optim.AdamW: one weight decay for every parameter
   auto rt = create_runtime(cfg);
   ModelHandle h = rt->build_model();
   const PackedBatch batch = test::fixture_batch(name);

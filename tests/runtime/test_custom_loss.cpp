@@ -7,6 +7,7 @@
 
 #include "bumblebee/runtime/runtime.h"
 #include "tests/model/hf_fixture.h"
+#include "tests/runtime/model_grads.h"
 
 namespace bb {
 namespace {
@@ -22,7 +23,7 @@ TEST(CustomLoss, MeanCrossEntropyThroughLogProbsMatchesBuiltIn) {
 
   rt->zero_grad(h);
   const ForwardResult builtin = rt->forward_backward(h, batch, {}, 2);
-  const std::vector<double> builtin_grads = h.model().params().flat_grads().to_doubles();
+  const std::vector<double> builtin_grads = test::all_grads(h);
 
   // Scored positions of the whole batch: every position but each sequence's last.
   const double scored = double(batch.total_tokens() - batch.num_seqs());
@@ -41,7 +42,7 @@ TEST(CustomLoss, MeanCrossEntropyThroughLogProbsMatchesBuiltIn) {
   };
   rt->zero_grad(h);
   const ForwardResult custom = rt->forward_backward(h, batch, mean_ce, 2);
-  const std::vector<double> custom_grads = h.model().params().flat_grads().to_doubles();
+  const std::vector<double> custom_grads = test::all_grads(h);
 
   double mb_sum = 0;
   for (double l : custom.metrics.at("loss")) mb_sum += l;

@@ -6,6 +6,7 @@
 
 #include "bumblebee/runtime/runtime.h"
 #include "tests/model/hf_fixture.h"
+#include "tests/runtime/model_grads.h"
 
 namespace bb {
 namespace {
@@ -20,7 +21,7 @@ std::vector<double> gradients(const std::string& dtype, bool fp32_residual, doub
   auto train = rt->train_mode(h);
   rt->zero_grad(h);
   loss = rt->forward_backward(h, test::fixture_batch("qwen3_gqa")).loss;
-  return h.model().params().flat_grads().to_doubles();
+  return test::all_grads(h);
 }
 
 TEST(Fp32Residual, ChangesNothingForFloat32AndFloat64Runs) {

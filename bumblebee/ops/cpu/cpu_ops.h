@@ -27,6 +27,7 @@ void mul(const Tensor& a, const Tensor& b, Tensor& out);
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);
 int64_t count_zeros(const Tensor& x);
+void dot(const Tensor& a, const Tensor& b, Tensor& out);
 bool all_finite(const Tensor& x);
 
 // embedding.cpp

@@ -1,4 +1,5 @@
-// CPU reductions to a host scalar: sum, sum of squares, zero count, finiteness.
+// CPU reductions: sum, sum of squares, zero count, finiteness (to a host
+// scalar) and dot (into a one-element tensor).
 #include <cmath>
 
 #include "bumblebee/ops/cpu/cpu_ops.h"
@@ -34,6 +35,17 @@ int64_t count_zeros(const Tensor& x) {
     for (int64_t i = 0, n = x.numel(); i < n; ++i) zeros += p[i] == T(0);
   });
   return zeros;
+}
+
+void dot(const Tensor& a, const Tensor& b, Tensor& out) {
+  double total = 0.0;
+  visit_float(a.dtype(), "dot", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    for (int64_t i = 0, n = a.numel(); i < n; ++i) total += double(pa[i]) * double(pb[i]);
+  });
+  out.data<double>()[0] = total;
 }
 
 bool all_finite(const Tensor& x) {

@@ -35,6 +35,7 @@ void mul(const Tensor& a, const Tensor& b, Tensor& out);
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);
 int64_t count_zeros(const Tensor& x);
+void dot(const Tensor& a, const Tensor& b, Tensor& out);
 bool all_finite(const Tensor& x);
 
 // embedding.cu. weight and out bfloat16 or float32 (same), or out float32 with

@@ -1,6 +1,7 @@
 // Reductions that return one number to the host: sum, sum of squares, count
 // of zeros, all-finite. Each is two kernels (block partials, then one block
-// over the partials) and one device-to-host copy, the call's only sync.
+// over the partials) and one device-to-host copy, the call's only sync. dot
+// is the same two kernels with its result left in a device tensor.
 //
 // Accumulation is in double per thread and per block: these feed the global
 // gradient norm and the loss report, where a billion-element fp32 sum would
@@ -52,6 +53,16 @@ __global__ void reduce_partials_kernel(const T* __restrict__ x, int64_t n, bool 
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
+template <typename T>
+__global__ void dot_partials_kernel(const T* __restrict__ a, const T* __restrict__ b, int64_t n, double* partials) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    acc += to_double(a[i]) * to_double(b[i]);
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
 __global__ void reduce_final_kernel(const double* __restrict__ partials, int count, double* result) {
   __shared__ double scratch[32];
   double acc = 0.0;
@@ -92,6 +103,29 @@ double sum(const Tensor& x) { return reduce<Reduction::Sum>(x, "sum"); }
 double sum_squares(const Tensor& x) { return reduce<Reduction::SumSquares>(x, "sum_squares"); }
 
 int64_t count_zeros(const Tensor& x) { return int64_t(reduce<Reduction::CountZeros>(x, "count_zeros")); }
+
+void dot(const Tensor& a, const Tensor& b, Tensor& out) {
+  const char* op = "dot";
+  check_cuda(a, op, "a");
+  check_cuda_same(a, b, op, "b");
+  check_cuda_same(a, out, op, "out");
+  BB_CHECK(a.dtype() == b.dtype(), op, ": a and b differ in dtype (", dtype_name(a.dtype()), ", ",
+           dtype_name(b.dtype()), ")");
+  const int64_t n = a.numel();
+  DeviceGuard guard(a.device().index);
+  cudaStream_t stream = current_stream();
+  const int blocks = grid_for(std::max<int64_t>(n, 1), kThreads);
+  Tensor scratch = Tensor::empty({int64_t(blocks)}, DType::F64, a.device());
+  double* partials = static_cast<double*>(scratch.raw());
+  dispatch_floating(a.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    dot_partials_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(a.raw()),
+                                                            static_cast<const T*>(b.raw()), n, partials);
+  });
+  CUDA_CHECK_LAUNCH(op);
+  reduce_final_kernel<<<1, 1024, 0, stream>>>(partials, blocks, static_cast<double*>(out.raw()));
+  CUDA_CHECK_LAUNCH(op);
+}
 
 bool all_finite(const Tensor& x) { return reduce<Reduction::CountNonFinite>(x, "all_finite") == 0.0; }
 

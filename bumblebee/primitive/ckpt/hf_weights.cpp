@@ -1,8 +1,7 @@
-// HF weight loading and export for ParamStores.
+// Shards of full HF tensors and their gathering.
 #include "bumblebee/primitive/ckpt/hf_weights.h"
 
 #include <cstring>
-#include <set>
 
 namespace bb {
 
@@ -27,52 +26,29 @@ Tensor shard_of_full(const Parameter& p, const Tensor& full) {
   return local;
 }
 
-void load_hf_weights(ParamStore& store, const HFCheckpoint& ckpt, const std::string& tied_head) {
-  std::set<std::string> used;
-  for (Parameter& p : store.params()) {
-    BB_CHECK(ckpt.has(p.name), "checkpoint ", ckpt.dir(), " lacks tensor '", p.name, "'");
-    BB_CHECK(ckpt.shape(p.name) == p.full_shape, "checkpoint tensor '", p.name, "' has shape ",
-             shape_str(ckpt.shape(p.name)), ", the model expects ", shape_str(p.full_shape));
-    p.value.copy_from(shard_of_full(p, ckpt.get(p.name)));
-    used.insert(p.name);
-  }
-  for (const std::string& n : ckpt.names()) {
-    if (used.count(n) || n == tied_head) continue;
-    BB_FAIL("checkpoint ", ckpt.dir(), " holds tensor '", n, "' that the model does not have");
-  }
-}
-
-void export_hf_weights(ParamStore& store, TensorParallel& tp,
-                       const std::function<void(const std::string&, const Tensor&)>& sink) {
+Tensor gather_full(const Parameter& p, TensorParallel& tp) {
   const int n = tp.size();
-  for (Parameter& p : store.params()) {
-    if (p.shard == ShardKind::Replicated || n == 1) {
-      Tensor full = p.value.to(Device::cpu());
-      if (p.shard == ShardKind::Vocab) full = full.narrow(0, p.full_shape[0]).clone();
-      sink(p.name, full);
-      continue;
-    }
-    Shape gathered_shape = p.local_shape;
-    gathered_shape[0] *= n;
-    Tensor gathered = Tensor::empty(gathered_shape, p.value.dtype(), p.value.device());
-    tp.group().all_gather(p.value, gathered);
-    Tensor host = gathered.to(Device::cpu());
-    if (p.shard == ShardKind::Row) {
-      // Rank parts are [rows, cols/n] blocks stacked along dim 0; interleave them back into columns.
-      const int64_t rows = p.full_shape[0], lc = p.local_shape[1];
-      const size_t es = dtype_size(host.dtype());
-      Tensor full = Tensor::empty(p.full_shape, host.dtype());
-      const char* s = static_cast<const char*>(host.raw());
-      char* d = static_cast<char*>(full.raw());
-      for (int r = 0; r < n; ++r)
-        for (int64_t i = 0; i < rows; ++i)
-          std::copy(s + ((r * rows + i) * lc) * es, s + ((r * rows + i) * lc + lc) * es,
-                    d + (i * lc * n + r * lc) * es);
-      sink(p.name, full);
-    } else {
-      sink(p.name, host.narrow(0, p.full_shape[0]).clone());
-    }
+  if (p.shard == ShardKind::Replicated || n == 1) {
+    Tensor full = p.value.to(Device::cpu());
+    if (p.shard == ShardKind::Vocab) full = full.narrow(0, p.full_shape[0]).clone();
+    return full;
   }
+  Shape gathered_shape = p.local_shape;
+  gathered_shape[0] *= n;
+  Tensor gathered = Tensor::empty(gathered_shape, p.value.dtype(), p.value.device());
+  tp.group().all_gather(p.value, gathered);
+  Tensor host = gathered.to(Device::cpu());
+  if (p.shard != ShardKind::Row) return host.narrow(0, p.full_shape[0]).clone();
+  // Rank parts are [rows, cols/n] blocks stacked along dim 0; interleave them back into columns.
+  const int64_t rows = p.full_shape[0], lc = p.local_shape[1];
+  const size_t es = dtype_size(host.dtype());
+  Tensor full = Tensor::empty(p.full_shape, host.dtype());
+  const char* s = static_cast<const char*>(host.raw());
+  char* d = static_cast<char*>(full.raw());
+  for (int r = 0; r < n; ++r)
+    for (int64_t i = 0; i < rows; ++i)
+      std::copy(s + ((r * rows + i) * lc) * es, s + ((r * rows + i) * lc + lc) * es, d + (i * lc * n + r * lc) * es);
+  return full;
 }
 
 }  // namespace bb

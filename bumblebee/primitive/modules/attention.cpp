@@ -15,15 +15,15 @@ int64_t heads_per_rank(int64_t heads, int tp, const char* what) {
 }  // namespace
 
 SelfAttention::SelfAttention(ParamStore& store, const std::string& prefix, const AttentionConfig& cfg,
-                             TensorParallel& tp, const Tensor& inv_freq)
+                             ParallelContext& pc, const Tensor& inv_freq)
     : cfg_(cfg),
-      tp_(&tp),
-      heads_local_(heads_per_rank(cfg.num_heads, tp.size(), "num_attention_heads")),
-      kv_heads_local_(heads_per_rank(cfg.num_kv_heads, tp.size(), "num_key_value_heads")),
-      q_proj_(store, prefix + "q_proj.weight", cfg.hidden, cfg.num_heads * cfg.head_dim, tp),
-      k_proj_(store, prefix + "k_proj.weight", cfg.hidden, cfg.num_kv_heads * cfg.head_dim, tp),
-      v_proj_(store, prefix + "v_proj.weight", cfg.hidden, cfg.num_kv_heads * cfg.head_dim, tp),
-      o_proj_(store, prefix + "o_proj.weight", cfg.num_heads * cfg.head_dim, cfg.hidden, tp),
+      tp_(&pc.tp()),
+      heads_local_(heads_per_rank(cfg.num_heads, pc.tp().size(), "num_attention_heads")),
+      kv_heads_local_(heads_per_rank(cfg.num_kv_heads, pc.tp().size(), "num_key_value_heads")),
+      q_proj_(store, prefix + "q_proj.weight", cfg.hidden, cfg.num_heads * cfg.head_dim, pc.tp()),
+      k_proj_(store, prefix + "k_proj.weight", cfg.hidden, cfg.num_kv_heads * cfg.head_dim, pc.tp()),
+      v_proj_(store, prefix + "v_proj.weight", cfg.hidden, cfg.num_kv_heads * cfg.head_dim, pc.tp()),
+      o_proj_(store, prefix + "o_proj.weight", cfg.num_heads * cfg.head_dim, cfg.hidden, pc.tp()),
       inv_freq_(inv_freq) {
   BB_CHECK(cfg.num_heads % cfg.num_kv_heads == 0, "num_attention_heads ", cfg.num_heads,
            " is not divisible by num_key_value_heads ", cfg.num_kv_heads);

@@ -10,8 +10,10 @@
 #include <optional>
 #include <string>
 
+#include "bumblebee/primitive/modules/block.h"
 #include "bumblebee/primitive/modules/linear.h"
 #include "bumblebee/primitive/modules/rmsnorm.h"
+#include "bumblebee/primitive/parallel/parallel_context.h"
 
 namespace bb {
 
@@ -24,20 +26,13 @@ struct AttentionConfig {
   bool recompute_core_attention = false;
 };
 
-// Per-microbatch inputs shared by every layer: positions and sequence layout.
-struct SequenceLayout {
-  Tensor position_ids;   // [T] int64 on the compute device
-  Tensor cu_seqlens;     // [S+1] int32 on the compute device
-  int64_t max_seqlen = 0;
-};
-
 class SelfAttention {
  public:
   struct Saved {
     Tensor x_full, q_raw, k_raw, q, k, v, out, lse;
     RMSNorm::Saved q_norm, k_norm;
   };
-  SelfAttention(ParamStore& store, const std::string& prefix, const AttentionConfig& cfg, TensorParallel& tp,
+  SelfAttention(ParamStore& store, const std::string& prefix, const AttentionConfig& cfg, ParallelContext& pc,
                 const Tensor& inv_freq);
   Tensor forward(const Tensor& x, const SequenceLayout& seq, Saved& s);
   Tensor backward(const Tensor& dy, const SequenceLayout& seq, Saved& s);

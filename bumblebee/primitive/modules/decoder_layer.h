@@ -1,48 +1,41 @@
-// Pre-norm transformer decoder layer (Llama / Qwen3 dense):
-//   h = x + attn(norm1(x));  out = h + mlp(norm2(h))
-// With recompute=Full the layer keeps only its input and re-runs its forward
-// during backward, trading one extra forward for the activation memory;
-// recompute=Selective re-runs only the core attention kernel.
+// Pre-norm transformer decoder layer (Llama / Qwen3 / Qwen3-MoE):
+//   h = x + attn(norm1(x));  out = h + ffn(norm2(h))
+// The feed-forward slot `ffn` is any Block: a dense SwiGLU MLP today, a
+// mixture of experts for MoE models. Recompute of the whole layer is the
+// Recompute wrapper (primitive/recompute) around it; selective recompute re-runs
+// only the core attention kernel (AttentionConfig::recompute_core_attention).
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "bumblebee/primitive/modules/attention.h"
-#include "bumblebee/primitive/modules/mlp.h"
+#include "bumblebee/primitive/modules/block.h"
 
 namespace bb {
 
-enum class Recompute { None, Selective, Full };
-Recompute recompute_from_name(const std::string& name);   // "none" | "selective" | "full"
-
 struct DecoderLayerConfig {
   AttentionConfig attention;
-  int64_t ffn = 0;
   double norm_eps = 1e-6;
-  Recompute recompute = Recompute::None;
 };
 
-class DecoderLayer {
+class DecoderLayer : public Block {
  public:
-  struct Saved {
-    Tensor x;
-    std::unique_ptr<RMSNorm::Saved> norm1, norm2;
-    std::unique_ptr<SelfAttention::Saved> attn;
-    std::unique_ptr<SwiGLUMLP::Saved> mlp;
+  struct Saved : BlockState {
+    RMSNorm::Saved norm1, norm2;
+    SelfAttention::Saved attn;
+    std::unique_ptr<BlockState> ffn;
   };
-  DecoderLayer(ParamStore& store, const std::string& prefix, const DecoderLayerConfig& cfg, TensorParallel& tp,
-               const Tensor& inv_freq);
-  Tensor forward(const Tensor& x, const SequenceLayout& seq, Saved& s);
-  Tensor backward(const Tensor& dy, const SequenceLayout& seq, Saved& s);
+  DecoderLayer(ParamStore& store, const std::string& prefix, const DecoderLayerConfig& cfg, ParallelContext& pc,
+               const Tensor& inv_freq, const BlockFactory& ffn);
+  Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
+  Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
 
  private:
-  Tensor run_forward(const Tensor& x, const SequenceLayout& seq, Saved& s);
-  DecoderLayerConfig cfg_;
   RMSNorm input_layernorm_;
   SelfAttention self_attn_;
   RMSNorm post_attention_layernorm_;
-  SwiGLUMLP mlp_;
+  std::unique_ptr<Block> mlp_;
 };
 
 }  // namespace bb

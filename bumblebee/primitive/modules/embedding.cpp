@@ -6,8 +6,9 @@
 namespace bb {
 
 VocabParallelEmbedding::VocabParallelEmbedding(ParamStore& store, const std::string& name, int64_t vocab,
-                                               int64_t hidden, TensorParallel& tp)
-    : weight_(&store.add(name, {vocab, hidden}, {ShardKind::Vocab, tp.rank(), tp.size()})), tp_(&tp) {}
+                                               int64_t hidden, ParallelContext& pc)
+    : weight_(&store.add(name, {vocab, hidden}, {ShardKind::Vocab, pc.tp().rank(), pc.tp().size()})),
+      tp_(&pc.tp()) {}
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids, DType act_dtype, Saved& s) {
   s.ids = ids;
@@ -18,7 +19,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, DType act_dtype, Saved
 
 void VocabParallelEmbedding::backward(const Tensor& dy, const Saved& s) {
   Tensor dy_full = tp_->exit_backward(dy);
-  ops::embedding_backward(dy_full, s.ids, weight_->shard_begin, weight_->grad);
+  if (weight_->requires_grad()) ops::embedding_backward(dy_full, s.ids, weight_->shard_begin, weight_->grad);
 }
 
 }  // namespace bb

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "bumblebee/primitive/modules/parameter.h"
-#include "bumblebee/primitive/parallel/tensor_parallel.h"
+#include "bumblebee/primitive/parallel/parallel_context.h"
 
 namespace bb {
 
@@ -16,7 +16,7 @@ class VocabParallelEmbedding {
     Tensor ids;
   };
   VocabParallelEmbedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t hidden,
-                         TensorParallel& tp);
+                         ParallelContext& pc);
   Parameter& weight() { return *weight_; }
   // ids [T] (all tokens of the microbatch) -> [T/tp, H] (sequence-parallel split).
   Tensor forward(const Tensor& ids, DType act_dtype, Saved& s);

@@ -15,7 +15,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor&
                      bool accumulate_dx) {
   if (!accumulate_dx) dx = Tensor::empty({dy.size(0), w.size(1)}, dy.dtype(), dy.device());
   ops::matmul(dy, false, w, false, dx, 1.0, accumulate_dx ? 1.0 : 0.0);
-  ops::matmul(dy, true, x, false, dw, 1.0, 1.0);
+  if (dw.defined()) ops::matmul(dy, true, x, false, dw, 1.0, 1.0);
 }
 
 ColumnParallelLinear::ColumnParallelLinear(ParamStore& store, const std::string& name, int64_t in_features,

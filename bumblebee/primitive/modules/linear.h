@@ -6,7 +6,8 @@
 // RowParallelLinear holds columns of W (input features split over tp) and
 // exits the region itself: its output is reduced (or reduce-scattered under
 // sequence parallelism) over the group.
-// Weight gradients accumulate; a backward never overwrites them.
+// Weight gradients accumulate; a backward never overwrites them. A frozen
+// weight (no gradient buffer) gets no weight-gradient GEMM at all.
 #pragma once
 
 #include <string>
@@ -18,7 +19,8 @@ namespace bb {
 
 // y = x W^T and its backward for a weight (or a fused view of adjacent weights).
 Tensor linear_forward(const Tensor& x, const Tensor& w);
-// dx = dy W (or dx += dy W when accumulate_dx), dW += dy^T x.
+// dx = dy W (or dx += dy W when accumulate_dx), dW += dy^T x (skipped when
+// dw is undefined: a frozen weight).
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& dx,
                      bool accumulate_dx);
 

@@ -13,8 +13,8 @@ namespace {
 constexpr int64_t kChunkLogitElements = int64_t(1) << 27;
 }  // namespace
 
-LMHead::LMHead(Parameter& weight, TensorParallel& tp, double temperature)
-    : weight_(&weight), tp_(&tp), inv_temperature_(1.0 / temperature) {
+LMHead::LMHead(Parameter& weight, ParallelContext& pc, double temperature)
+    : weight_(&weight), tp_(&pc.tp()), inv_temperature_(1.0 / temperature) {
   BB_CHECK(temperature > 0, "temperature must be positive, got ", temperature);
 }
 
@@ -24,7 +24,7 @@ Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dlo
   const DType act = h_full.dtype(), st = stat_dtype(act);
   const Device dev = h_full.device();
   Tensor w = weight_->value.narrow(0, V);
-  Tensor dw = weight_->grad.narrow(0, V);
+  Tensor dw = weight_->requires_grad() ? weight_->grad.narrow(0, V) : Tensor();
   Tensor loss = Tensor::empty({T}, st, dev);
   const int64_t chunk = std::clamp<int64_t>(kChunkLogitElements / std::max<int64_t>(V, 1), 1, std::max<int64_t>(T, 1));
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -48,7 +48,7 @@ Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dlo
     ops::cross_entropy_backward(logits, lab, weight_->shard_begin, lse, dloss.narrow(t0, n), logits);
     Tensor dh = dh_full->narrow(t0, n);
     ops::matmul(logits, false, w, false, dh, inv_temperature_, 0.0);
-    ops::matmul(logits, true, h, false, dw, inv_temperature_, 1.0);
+    if (dw.defined()) ops::matmul(logits, true, h, false, dw, inv_temperature_, 1.0);
   }
   return loss;
 }

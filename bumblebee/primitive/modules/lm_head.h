@@ -13,7 +13,7 @@
 #include <string>
 
 #include "bumblebee/primitive/modules/parameter.h"
-#include "bumblebee/primitive/parallel/tensor_parallel.h"
+#include "bumblebee/primitive/parallel/parallel_context.h"
 
 namespace bb {
 
@@ -25,7 +25,7 @@ class LMHead {
     Tensor dh;         // [T/tp, H], set by the fused path
   };
   // `weight` is the head's own Vocab-sharded parameter or the tied embedding.
-  LMHead(Parameter& weight, TensorParallel& tp, double temperature);
+  LMHead(Parameter& weight, ParallelContext& pc, double temperature);
   // h [T/tp, H], labels [T] -> per-token loss [T] (stat dtype). With dloss
   // defined ([T], stat dtype) gradients are computed in this pass.
   Tensor forward(const Tensor& h, const Tensor& labels, const Tensor& dloss, Saved& s);

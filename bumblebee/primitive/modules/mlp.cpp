@@ -5,24 +5,30 @@
 
 namespace bb {
 
-SwiGLUMLP::SwiGLUMLP(ParamStore& store, const std::string& prefix, int64_t hidden, int64_t ffn, TensorParallel& tp)
+SwiGLUMLP::SwiGLUMLP(ParamStore& store, const std::string& prefix, int64_t hidden, int64_t ffn, ParallelContext& pc)
     : store_(&store),
-      tp_(&tp),
-      gate_proj_(store, prefix + "gate_proj.weight", hidden, ffn, tp),
-      up_proj_(store, prefix + "up_proj.weight", hidden, ffn, tp),
-      down_proj_(store, prefix + "down_proj.weight", ffn, hidden, tp) {
+      tp_(&pc.tp()),
+      gate_proj_(store, prefix + "gate_proj.weight", hidden, ffn, pc.tp()),
+      up_proj_(store, prefix + "up_proj.weight", hidden, ffn, pc.tp()),
+      down_proj_(store, prefix + "down_proj.weight", ffn, hidden, pc.tp()) {
+  BB_CHECK(ffn % pc.tp().size() == 0, "intermediate_size ", ffn, " is not divisible by tp ", pc.tp().size());
   store.keep_together(gate_proj_.weight(), up_proj_.weight());
 }
 
-Tensor SwiGLUMLP::forward(const Tensor& x, Saved& s) {
-  s.x_full = tp_->enter(x);
-  s.gate_up = linear_forward(s.x_full, store_->fused_value(gate_proj_.weight(), up_proj_.weight()));
-  s.h = Tensor::empty({s.gate_up.size(0), gate_proj_.local_out()}, x.dtype(), x.device());
-  ops::swiglu_forward(s.gate_up, s.h);
-  return down_proj_.forward(s.h);
+Tensor SwiGLUMLP::forward(const Tensor& x, const SequenceLayout&, std::unique_ptr<BlockState>& state) {
+  auto s = std::make_unique<Saved>();
+  s->x_full = tp_->enter(x);
+  s->gate_up = linear_forward(s->x_full, store_->fused_value(gate_proj_.weight(), up_proj_.weight()));
+  s->h = Tensor::empty({s->gate_up.size(0), gate_proj_.local_out()}, x.dtype(), x.device());
+  ops::swiglu_forward(s->gate_up, s->h);
+  Tensor y = down_proj_.forward(s->h);
+  state = std::move(s);
+  return y;
 }
 
-Tensor SwiGLUMLP::backward(const Tensor& dy, const Saved& s) {
+Tensor SwiGLUMLP::backward(const Tensor& dy, const SequenceLayout&, std::unique_ptr<BlockState>& state) {
+  BB_CHECK(state, "SwiGLUMLP::backward without a saved forward");
+  const Saved& s = static_cast<const Saved&>(*state);
   Tensor dh = down_proj_.backward(dy, s.h);
   Tensor d_gate_up = Tensor::empty(s.gate_up.shape(), dy.dtype(), dy.device());
   ops::swiglu_backward(dh, s.gate_up, d_gate_up);
@@ -30,7 +36,14 @@ Tensor SwiGLUMLP::backward(const Tensor& dy, const Saved& s) {
   Tensor dx_full;
   linear_backward(d_gate_up, s.x_full, store_->fused_value(gate_proj_.weight(), up_proj_.weight()), dw, dx_full,
                   false);
+  state.reset();
   return tp_->enter_backward(dx_full);
+}
+
+BlockFactory swiglu_mlp(int64_t hidden, int64_t ffn, ParallelContext& pc) {
+  return [hidden, ffn, &pc](ParamStore& store, const std::string& prefix) -> std::unique_ptr<Block> {
+    return std::make_unique<SwiGLUMLP>(store, prefix, hidden, ffn, pc);
+  };
 }
 
 }  // namespace bb

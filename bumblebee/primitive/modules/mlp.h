@@ -1,4 +1,6 @@
-// SwiGLU MLP block: down(silu(gate(x)) * up(x)).
+// SwiGLU MLP block: down(silu(gate(x)) * up(x)), the dense feed-forward of
+// Llama and Qwen3 decoder layers (a Block, so it fills a layer's
+// feed-forward slot and can be wrapped in Recompute).
 //
 // gate_proj and up_proj are declared back to back, so their shards form one
 // [2F/tp, H] matrix and the block runs a single fused GEMM whose output rows
@@ -7,18 +9,20 @@
 
 #include <string>
 
+#include "bumblebee/primitive/modules/block.h"
 #include "bumblebee/primitive/modules/linear.h"
+#include "bumblebee/primitive/parallel/parallel_context.h"
 
 namespace bb {
 
-class SwiGLUMLP {
+class SwiGLUMLP : public Block {
  public:
-  struct Saved {
+  struct Saved : BlockState {
     Tensor x_full, gate_up, h;
   };
-  SwiGLUMLP(ParamStore& store, const std::string& prefix, int64_t hidden, int64_t ffn, TensorParallel& tp);
-  Tensor forward(const Tensor& x, Saved& s);
-  Tensor backward(const Tensor& dy, const Saved& s);
+  SwiGLUMLP(ParamStore& store, const std::string& prefix, int64_t hidden, int64_t ffn, ParallelContext& pc);
+  Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
+  Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
 
  private:
   ParamStore* store_;
@@ -26,5 +30,8 @@ class SwiGLUMLP {
   ColumnParallelLinear gate_proj_, up_proj_;
   RowParallelLinear down_proj_;
 };
+
+// The feed-forward slot filled with a SwiGLU MLP of `ffn` intermediate features.
+BlockFactory swiglu_mlp(int64_t hidden, int64_t ffn, ParallelContext& pc);
 
 }  // namespace bb

@@ -1,9 +1,10 @@
-// ParamStore: declaration, flat allocation and fused views.
+// ParamStore: declaration, grouping, flat allocation and fused views.
 #include "bumblebee/primitive/modules/parameter.h"
 
 namespace bb {
 
-Parameter& ParamStore::add(const std::string& name, const Shape& full_shape, ShardInfo shard, InitKind init) {
+Parameter& ParamStore::add(const std::string& name, const Shape& full_shape, ShardInfo shard, InitKind init,
+                           ParamClass cls) {
   BB_CHECK(!allocated(), "parameter '", name, "' declared after the parameter buffer was allocated");
   BB_CHECK(find(name) == nullptr, "parameter '", name, "' declared twice");
   Parameter p;
@@ -12,6 +13,7 @@ Parameter& ParamStore::add(const std::string& name, const Shape& full_shape, Sha
   p.local_shape = full_shape;
   p.shard = shard.kind;
   p.init = init;
+  p.cls = cls;
   const int64_t tp = shard.tp_size;
   switch (shard.kind) {
     case ShardKind::Replicated:
@@ -55,20 +57,78 @@ void ParamStore::keep_together(const Parameter& first, const Parameter& last) {
   for (size_t i = a; i < b; ++i) joined_to_next_[i] = true;
 }
 
-void ParamStore::allocate(DType param_dtype, DType grad_dtype, Device device, int64_t pad_to, int64_t bucket_size) {
-  BB_CHECK(!allocated(), "parameter buffer allocated twice");
-  std::vector<int64_t> numels;
-  for (const Parameter& p : params_) numels.push_back(shape_numel(p.local_shape));
-  GradBucketLayout layout = plan_grad_buckets(numels, joined_to_next_, pad_to, bucket_size);
-  buckets_ = std::move(layout.buckets);
-  flat_params_ = Tensor::zeros({layout.total}, param_dtype, device);
-  flat_grads_ = Tensor::zeros({layout.total}, grad_dtype, device);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Parameter& p = params_[i];
-    p.offset = layout.offsets[i];
-    p.value = flat_params_.flat_slice(p.offset, p.local_shape);
-    p.grad = flat_grads_.flat_slice(p.offset, p.local_shape);
+void ParamStore::allocate(const ParamGroupFn& groups, DType param_dtype, DType grad_dtype, Device device,
+                          int64_t bucket_size) {
+  assign_groups(groups);
+  for (auto& g : groups_) {
+    const int64_t pad_to = g->spec_.grad_comm ? g->spec_.grad_comm->size() : 1;
+    allocate_group(*g, param_dtype, grad_dtype, device, pad_to, bucket_size);
   }
+}
+
+void ParamStore::allocate(DType param_dtype, DType grad_dtype, Device device, int64_t pad_to, int64_t bucket_size) {
+  assign_groups(ParamGroupFn());
+  allocate_group(*groups_.front(), param_dtype, grad_dtype, device, pad_to, bucket_size);
+}
+
+void ParamStore::assign_groups(const ParamGroupFn& groups) {
+  BB_CHECK(!allocated(), "parameter buffer allocated twice");
+  BB_CHECK(!params_.empty(), "no parameters to allocate");
+  for (Parameter& p : params_) {
+    const ParamGroupSpec spec = groups ? groups(p) : ParamGroupSpec{};
+    ParamGroup* g = nullptr;
+    for (auto& existing : groups_)
+      if (existing->spec_.name == spec.name) g = existing.get();
+    if (!g) {
+      groups_.push_back(std::make_unique<ParamGroup>());
+      g = groups_.back().get();
+      g->spec_ = spec;
+    }
+    const ParamGroupSpec& have = g->spec_;
+    BB_CHECK(have.trainable == spec.trainable && have.weight_decay_mult == spec.weight_decay_mult &&
+                 have.lr_mult == spec.lr_mult && have.grad_comm == spec.grad_comm,
+             "parameter '", p.name, "' joins group '", spec.name, "' with settings other than the group's");
+    p.group = g;
+    p.group_index = g->params_.size();
+    g->params_.push_back(&p);
+  }
+  for (size_t i = 0; i + 1 < params_.size(); ++i)
+    BB_CHECK(!joined_to_next_[i] || params_[i].group == params_[i + 1].group, "parameters '", params_[i].name,
+             "' and '", params_[i + 1].name, "' are one fused operand but were put in groups '",
+             params_[i].group->name(), "' and '", params_[i + 1].group->name(), "'");
+}
+
+void ParamStore::allocate_group(ParamGroup& g, DType param_dtype, DType grad_dtype, Device device, int64_t pad_to,
+                                int64_t bucket_size) {
+  std::vector<int64_t> numels;
+  std::vector<bool> joined;
+  for (const Parameter* p : g.params_) {
+    numels.push_back(shape_numel(p->local_shape));
+    joined.push_back(joined_to_next_[p->index]);
+  }
+  GradBucketLayout layout = plan_grad_buckets(numels, joined, pad_to, bucket_size);
+  g.buckets_ = std::move(layout.buckets);
+  g.numel_ = 0;
+  g.flat_params_ = Tensor::zeros({layout.total}, param_dtype, device);
+  g.flat_grads_ = g.trainable() ? Tensor::zeros({layout.total}, grad_dtype, device) : Tensor();
+  for (size_t i = 0; i < g.params_.size(); ++i) {
+    Parameter& p = *g.params_[i];
+    p.offset = layout.offsets[i];
+    p.value = g.flat_params_.flat_slice(p.offset, p.local_shape);
+    p.grad = g.trainable() ? g.flat_grads_.flat_slice(p.offset, p.local_shape) : Tensor();
+    g.numel_ += shape_numel(p.local_shape);
+  }
+}
+
+ParamGroup& ParamStore::group(const std::string& name) {
+  for (auto& g : groups_)
+    if (g->name() == name) return *g;
+  BB_FAIL("no parameter group named '", name, "'");
+}
+
+DType ParamStore::param_dtype() const {
+  BB_CHECK(allocated(), "parameter dtype asked before the parameters were allocated");
+  return groups_.front()->flat_params_.dtype();
 }
 
 Parameter& ParamStore::get(const std::string& name) {
@@ -85,12 +145,12 @@ const Parameter* ParamStore::find(const std::string& name) const {
 
 Tensor ParamStore::fused(const Tensor& flat, const Parameter& first, const Parameter& last) const {
   BB_CHECK(first.local_shape.size() == 2 && last.local_shape.size() == 2, "fused view needs 2-D parameters");
+  BB_CHECK(first.group && first.group == last.group, "parameters '", first.name, "' .. '", last.name,
+           "' are not in one allocated group");
   const int64_t cols = first.local_shape[1];
   int64_t rows = 0, expect = first.offset;
-  bool inside = false;
-  for (const Parameter& p : params_) {
-    if (&p == &first) inside = true;
-    if (!inside) continue;
+  for (size_t i = first.group_index; i < first.group->params().size(); ++i) {
+    const Parameter& p = *first.group->params()[i];
     BB_CHECK(p.offset == expect && p.local_shape.size() == 2 && p.local_shape[1] == cols, "parameters '",
              first.name, "' .. '", last.name, "' are not adjacent with equal columns");
     rows += p.local_shape[0];
@@ -101,15 +161,17 @@ Tensor ParamStore::fused(const Tensor& flat, const Parameter& first, const Param
 }
 
 Tensor ParamStore::fused_value(const Parameter& first, const Parameter& last) const {
-  return fused(flat_params_, first, last);
+  return fused(first.group->flat_params(), first, last);
 }
 
 Tensor ParamStore::fused_grad(const Parameter& first, const Parameter& last) const {
-  return fused(flat_grads_, first, last);
+  if (!first.requires_grad()) return Tensor();
+  return fused(first.group->flat_grads(), first, last);
 }
 
 void ParamStore::zero_grads() {
-  if (flat_grads_.defined()) flat_grads_.zero_();
+  for (auto& g : groups_)
+    if (g->flat_grads_.defined()) g->flat_grads_.zero_();
 }
 
 }  // namespace bb

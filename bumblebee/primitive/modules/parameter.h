@@ -1,20 +1,34 @@
-// Parameters and the flat buffers that hold them.
+// Parameters, the groups they live in, and the flat buffers of each group.
 //
-// Every parameter of a model is a view into one contiguous parameter buffer,
-// and its gradient a view into one contiguous gradient buffer, in registration
-// order. That makes the optimizer one multi-tensor pass, the gradient norm one
-// reduction, data-parallel reduce-scatter a matter of cutting the buffer, and
-// lets adjacent parameters (q|k|v, gate|up) act as one fused GEMM operand.
+// A model declares its parameters once, in registration order (ParamStore::add),
+// and then allocates them into parameter groups. A group is the unit that the
+// distributed optimizer reduces and shards: every parameter of a group is a
+// view into the group's contiguous parameter buffer, and its gradient a view
+// into the group's gradient buffer, in registration order. That makes the
+// optimizer one multi-tensor pass per group, the gradient norm one reduction,
+// data-parallel reduce-scatter a matter of cutting the buffer, and lets
+// adjacent parameters (gate|up) act as one fused GEMM operand.
+//
+// Each group has its own gradient communicator (dense parameters reduce over
+// dp, or dp x cp; expert parameters over the expert-data-parallel group), its
+// own trainable flag (a frozen group has no gradient buffer, so its
+// parameters' grad is undefined, and no optimizer state), and its own
+// weight-decay and learning-rate multipliers. Which group a parameter joins is
+// decided at allocation by a ParamGroupFn (primitive/optim/param_groups.h has
+// the runtime's rule), so modules only declare what a parameter is.
 //
 // A parameter carries its Hugging Face name and how it is split over the
 // tensor-parallel group, which is all checkpoint loading and export need.
 #pragma once
 
 #include <deque>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bumblebee/core/tensor.h"
+#include "bumblebee/distributed/communicator.h"
 #include "bumblebee/primitive/modules/grad_bucket_layout.h"
 
 namespace bb {
@@ -28,6 +42,13 @@ enum class ShardKind {
 
 enum class InitKind { Normal, Ones };
 
+// What a parameter is, for the choice of its group: dense parameters are
+// replicated over data parallelism, expert parameters over the
+// expert-data-parallel group.
+enum class ParamClass { Dense, Expert };
+
+class ParamGroup;
+
 struct Parameter {
   std::string name;      // Hugging Face name
   Shape full_shape;      // shape in the Hugging Face checkpoint
@@ -36,12 +57,55 @@ struct Parameter {
   int64_t shard_begin = 0;   // first row (Column/Vocab) or column (Row) of the full tensor held here
   int64_t shard_valid = 0;   // rows/columns of the full tensor held here (Vocab: excludes padding)
   InitKind init = InitKind::Normal;
+  ParamClass cls = ParamClass::Dense;
   bool replicated_over_tp() const { return shard == ShardKind::Replicated; }
+  // False for a frozen parameter: its grad is undefined and backward skips it.
+  bool requires_grad() const { return grad.defined(); }
 
-  Tensor value;  // view into ParamStore::flat_params()
-  Tensor grad;   // view into ParamStore::flat_grads()
-  int64_t offset = 0;  // element offset in the flat buffers (set by ParamStore::allocate)
-  size_t index = 0;    // position in registration order
+  Tensor value;  // view into its group's flat parameter buffer
+  Tensor grad;   // view into its group's flat gradient buffer; undefined when frozen
+  size_t index = 0;          // position in registration order (over all groups)
+  ParamGroup* group = nullptr;
+  size_t group_index = 0;    // position inside its group
+  int64_t offset = 0;        // element offset in the group's flat buffers
+};
+
+// A group's identity and optimizer settings. Parameters whose specs have the
+// same name share a group; the other fields must then agree.
+struct ParamGroupSpec {
+  std::string name = "dense";
+  bool trainable = true;
+  double weight_decay_mult = 1.0;
+  double lr_mult = 1.0;
+  // Sums and shards this group's gradients (the dp, dp x cp or expert-dp
+  // group); null means one rank. Its size pads every gradient bucket.
+  dist::Communicator* grad_comm = nullptr;
+};
+
+// Decides the group of each parameter at allocation.
+using ParamGroupFn = std::function<ParamGroupSpec(const Parameter&)>;
+
+class ParamGroup {
+ public:
+  const ParamGroupSpec& spec() const { return spec_; }
+  const std::string& name() const { return spec_.name; }
+  bool trainable() const { return spec_.trainable; }
+  // In registration order.
+  const std::vector<Parameter*>& params() const { return params_; }
+  Tensor& flat_params() { return flat_params_; }
+  Tensor& flat_grads() { return flat_grads_; }   // undefined when frozen
+  int64_t numel() const { return numel_; }        // before padding
+  // In the order backward completes them (reverse registration order);
+  // GradBucket::first_param/end_param index params().
+  const std::vector<GradBucket>& grad_buckets() const { return buckets_; }
+
+ private:
+  friend class ParamStore;
+  ParamGroupSpec spec_;
+  std::vector<Parameter*> params_;
+  std::vector<GradBucket> buckets_;
+  Tensor flat_params_, flat_grads_;
+  int64_t numel_ = 0;
 };
 
 struct ShardInfo {
@@ -53,39 +117,49 @@ struct ShardInfo {
 class ParamStore {
  public:
   // Declare a parameter. Shapes are checked for divisibility by the tp size.
-  Parameter& add(const std::string& name, const Shape& full_shape, ShardInfo shard, InitKind init = InitKind::Normal);
+  Parameter& add(const std::string& name, const Shape& full_shape, ShardInfo shard, InitKind init = InitKind::Normal,
+                 ParamClass cls = ParamClass::Dense);
   // Declares that consecutive parameters [first, last] are one fused GEMM
-  // operand (see fused_value), so no gradient bucket boundary falls inside.
+  // operand (see fused_value): they must land in one group, and no gradient
+  // bucket boundary falls inside.
   void keep_together(const Parameter& first, const Parameter& last);
-  // Allocate the flat buffers and bind every parameter's value/grad views.
-  // The buffers are cut into gradient buckets of about `bucket_size` elements
-  // (<= 0: one bucket), each padded to a multiple of `pad_to` (the dp size),
-  // see grad_bucket_layout.h.
+  // Sorts the parameters into groups (`groups` decides; empty: one trainable
+  // group "dense" over one rank), allocates each group's flat buffers and binds
+  // every parameter's value/grad views. Each group's buffers are cut into
+  // gradient buckets of about `bucket_size` elements (<= 0: one bucket), each
+  // padded to a multiple of the group's grad_comm size (see grad_bucket_layout.h).
+  void allocate(const ParamGroupFn& groups, DType param_dtype, DType grad_dtype, Device device,
+                int64_t bucket_size = 0);
+  // One trainable group whose buckets are padded to a multiple of `pad_to`.
   void allocate(DType param_dtype, DType grad_dtype, Device device, int64_t pad_to = 1, int64_t bucket_size = 0);
 
-  bool allocated() const { return flat_params_.defined(); }
+  bool allocated() const { return !groups_.empty(); }
   std::deque<Parameter>& params() { return params_; }
   const std::deque<Parameter>& params() const { return params_; }
   Parameter& get(const std::string& name);
   const Parameter* find(const std::string& name) const;
-  Tensor& flat_params() { return flat_params_; }
-  Tensor& flat_grads() { return flat_grads_; }
-  int64_t numel() const { return numel_; }   // before padding
-  // In the order backward completes them (reverse registration order).
-  const std::vector<GradBucket>& grad_buckets() const { return buckets_; }
+  // In order of their first parameter.
+  std::vector<std::unique_ptr<ParamGroup>>& groups() { return groups_; }
+  const std::vector<std::unique_ptr<ParamGroup>>& groups() const { return groups_; }
+  ParamGroup& group(const std::string& name);
+  DType param_dtype() const;
+  int64_t numel() const { return numel_; }   // every parameter, before padding
 
   // A view of consecutive parameters [first, last] as one [sum rows, cols]
   // matrix (for fused GEMMs); checks that they are adjacent with equal columns.
+  // fused_grad is undefined when the parameters are frozen.
   Tensor fused_value(const Parameter& first, const Parameter& last) const;
   Tensor fused_grad(const Parameter& first, const Parameter& last) const;
   void zero_grads();
 
  private:
   Tensor fused(const Tensor& flat, const Parameter& first, const Parameter& last) const;
+  void assign_groups(const ParamGroupFn& groups);
+  void allocate_group(ParamGroup& g, DType param_dtype, DType grad_dtype, Device device, int64_t pad_to,
+                      int64_t bucket_size);
   std::deque<Parameter> params_;
   std::vector<bool> joined_to_next_;   // per parameter: must stay adjacent to the next one
-  std::vector<GradBucket> buckets_;
-  Tensor flat_params_, flat_grads_;
+  std::vector<std::unique_ptr<ParamGroup>> groups_;
   int64_t numel_ = 0;
 };
 

@@ -24,7 +24,12 @@ Tensor RMSNorm::forward(const Tensor& x, Saved& s) const {
 
 Tensor RMSNorm::backward(const Tensor& dy, const Saved& s) {
   Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype(), dy.device());
-  ops::rmsnorm_backward(dy.view(s.x.shape()), s.x, weight_->value, s.rstd, dx, weight_->grad);
+  // The fused kernel always produces the weight gradient; a frozen weight's
+  // goes to a scratch vector of `dim` elements (in the gradient dtype: float32 under bfloat16 weights).
+  const DType grad_dtype = weight_->value.dtype() == DType::BF16 ? DType::F32 : weight_->value.dtype();
+  Tensor dw = weight_->requires_grad() ? weight_->grad
+                                       : Tensor::zeros(weight_->local_shape, grad_dtype, weight_->value.device());
+  ops::rmsnorm_backward(dy.view(s.x.shape()), s.x, weight_->value, s.rstd, dx, dw);
   return dx.view(dy.shape());
 }
 

@@ -6,83 +6,119 @@
 namespace bb {
 
 DistributedOptimizer::DistributedOptimizer(ParamStore& store, dist::ParallelState& parallel, const AdamWConfig& cfg)
-    : store_(&store), parallel_(&parallel), cfg_(cfg), reducer_(store, parallel.dp()) {
-  const int64_t shard_len = reducer_.shard_numel();
-  const DType pdt = store.flat_params().dtype();
-  const DType master_dt = pdt == DType::F64 ? DType::F64 : DType::F32;
-  master_is_param_ = parallel.dp_size() == 1 && master_dt == pdt;
-  const Device dev = store.flat_params().device();
-  if (master_is_param_) {
-    master_ = store.flat_params();
-  } else {
-    master_ = Tensor::empty({shard_len}, master_dt, dev);
-    reload_master_from_params();
-  }
-  exp_avg_ = Tensor::zeros({shard_len}, master_dt, dev);
-  exp_avg_sq_ = Tensor::zeros({shard_len}, master_dt, dev);
+    : store_(&store), parallel_(&parallel), cfg_(cfg) {
   const bool skip_replicated = parallel.tp_size() > 1 && parallel.tp_rank() != 0;
-  padding_in_shard_ = shard_len;
-  for (const GradReducer::Slice& s : reducer_.slices()) {
-    for (const Parameter& p : store.params()) {
-      const int64_t b = std::max(p.offset, s.flat_begin);
-      const int64_t e = std::min(p.offset + shape_numel(p.local_shape), s.flat_begin + s.numel);
-      if (b >= e) continue;
-      padding_in_shard_ -= e - b;
-      const int64_t to_shard = s.shard_begin - s.flat_begin;
-      if (skip_replicated && p.replicated_over_tp()) replicated_ranges_.emplace_back(b + to_shard, e + to_shard);
+  for (auto& group : store.groups()) {
+    if (!group->trainable()) continue;
+    GroupState g;
+    g.group = group.get();
+    g.comm = group->spec().grad_comm ? group->spec().grad_comm : &parallel.dp();
+    BB_CHECK(group->spec().grad_comm || parallel.dp_size() == 1, "parameter group '", group->name(),
+             "' has no gradient communicator, but dp is ", parallel.dp_size());
+    g.reducer = std::make_unique<GradReducer>(*group, *g.comm);
+    const int64_t shard_len = g.reducer->shard_numel();
+    const DType pdt = group->flat_params().dtype();
+    const DType master_dt = pdt == DType::F64 ? DType::F64 : DType::F32;
+    g.master_is_param = g.comm->size() == 1 && master_dt == pdt;
+    const Device dev = group->flat_params().device();
+    g.master = g.master_is_param ? group->flat_params() : Tensor::empty({shard_len}, master_dt, dev);
+    g.exp_avg = Tensor::zeros({shard_len}, master_dt, dev);
+    g.exp_avg_sq = Tensor::zeros({shard_len}, master_dt, dev);
+    g.padding_in_shard = shard_len;
+    for (const GradReducer::Slice& s : g.reducer->slices()) {
+      for (const Parameter* p : group->params()) {
+        const int64_t b = std::max(p->offset, s.flat_begin);
+        const int64_t e = std::min(p->offset + shape_numel(p->local_shape), s.flat_begin + s.numel);
+        if (b >= e) continue;
+        g.padding_in_shard -= e - b;
+        const int64_t to_shard = s.shard_begin - s.flat_begin;
+        if (skip_replicated && p->replicated_over_tp()) g.replicated_ranges.emplace_back(b + to_shard, e + to_shard);
+      }
     }
+    groups_.push_back(std::move(g));
   }
+  reload_master_from_params();
 }
 
 void DistributedOptimizer::reload_master_from_params() {
-  if (master_is_param_) return;
-  for (const GradReducer::Slice& s : reducer_.slices())
-    master_.narrow(s.shard_begin, s.numel).copy_from(store_->flat_params().narrow(s.flat_begin, s.numel));
+  for (GroupState& g : groups_) {
+    if (g.master_is_param) continue;
+    for (const GradReducer::Slice& s : g.reducer->slices())
+      g.master.narrow(s.shard_begin, s.numel).copy_from(g.group->flat_params().narrow(s.flat_begin, s.numel));
+  }
 }
 
-double DistributedOptimizer::grad_norm_squared(const Tensor& shard_grad) {
-  // Replicated parameters hold the same gradient on every tp rank: count them on tp rank 0 only.
-  double local = ops::sum_squares(shard_grad);
-  for (const auto& [b, e] : replicated_ranges_) local -= ops::sum_squares(shard_grad.narrow(b, e - b));
+void DistributedOptimizer::invalidate_grads() {
+  for (GroupState& g : groups_) g.reducer->invalidate();
+}
+
+void DistributedOptimizer::grad_ready(const Parameter& p) {
+  for (GroupState& g : groups_) {
+    if (g.group != p.group) continue;
+    g.reducer->grad_ready(p);
+    return;
+  }
+  BB_FAIL("parameter '", p.name, "' reported ready, but its group is not trained by this optimizer");
+}
+
+void DistributedOptimizer::check_all_reported() const {
+  for (const GroupState& g : groups_) g.reducer->check_all_reported();
+}
+
+double DistributedOptimizer::grad_norm_squared() {
+  // Each element of a group's shard lives on one rank of the group's
+  // communicator and one rank of the model-parallel groups that split it, so
+  // the world sum counts it once, but for tp-replicated parameters, which
+  // every tp rank holds: those count on tp rank 0 only.
+  double local = 0;
+  for (GroupState& g : groups_) {
+    const Tensor& shard = g.reducer->reduced_grads();
+    local += ops::sum_squares(shard);
+    for (const auto& [b, e] : g.replicated_ranges) local -= ops::sum_squares(shard.narrow(b, e - b));
+  }
   return parallel_->world().all_reduce_scalar(local);
 }
 
-void DistributedOptimizer::all_gather_params() {
-  Tensor& flat_params = store_->flat_params();
-  if (parallel_->dp_size() == 1) {
-    if (!master_is_param_) flat_params.copy_from(master_);
+void DistributedOptimizer::all_gather_params(GroupState& g) {
+  Tensor& flat_params = g.group->flat_params();
+  if (g.comm->size() == 1) {
+    if (!g.master_is_param) flat_params.copy_from(g.master);
     return;
   }
-  Tensor shard = Tensor::empty({reducer_.shard_numel()}, flat_params.dtype(), flat_params.device());
-  shard.copy_from(master_);
-  const int64_t dp = parallel_->dp_size();
-  for (const GradReducer::Slice& s : reducer_.slices()) {
-    // The bucket this slice belongs to starts dp_rank slices before it.
-    Tensor bucket = flat_params.narrow(s.flat_begin - parallel_->dp_rank() * s.numel, s.numel * dp);
-    parallel_->dp().all_gather(shard.narrow(s.shard_begin, s.numel), bucket);
+  Tensor shard = Tensor::empty({g.reducer->shard_numel()}, flat_params.dtype(), flat_params.device());
+  shard.copy_from(g.master);
+  const int64_t ranks = g.comm->size();
+  for (const GradReducer::Slice& s : g.reducer->slices()) {
+    // The bucket this slice belongs to starts comm-rank slices before it.
+    Tensor bucket = flat_params.narrow(s.flat_begin - g.comm->rank() * s.numel, s.numel * ranks);
+    g.comm->all_gather(shard.narrow(s.shard_begin, s.numel), bucket);
   }
 }
 
 OptimizerStepResult DistributedOptimizer::step(double lr) {
-  const Tensor& shard_grad = reducer_.reduced_grads();
   OptimizerStepResult r;
-  const double norm_sq = grad_norm_squared(shard_grad);
-  r.grad_norm = std::sqrt(norm_sq);
-  const double zeros = double(ops::count_zeros(shard_grad) - padding_in_shard_);
+  r.grad_norm = std::sqrt(grad_norm_squared());
+  double zeros = 0;
+  for (GroupState& g : groups_)
+    zeros += double(ops::count_zeros(g.reducer->reduced_grads()) - g.padding_in_shard);
   r.num_zeros_in_grad = int64_t(parallel_->world().all_reduce_scalar(zeros));
   if (!std::isfinite(r.grad_norm)) return r;   // skipped update: parameters and moments untouched
 
-  ops::AdamWParams hp;
-  hp.lr = lr;
-  hp.beta1 = cfg_.beta1;
-  hp.beta2 = cfg_.beta2;
-  hp.eps = cfg_.eps;
-  hp.weight_decay = cfg_.weight_decay;
-  hp.step = ++step_;
-  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below one.
-  if (cfg_.clip_grad > 0) hp.grad_scale = std::min(1.0, cfg_.clip_grad / (r.grad_norm + 1e-6));
-  ops::adamw_step(master_, shard_grad, exp_avg_, exp_avg_sq_, hp);
-  all_gather_params();
+  ++step_;
+  for (GroupState& g : groups_) {
+    const ParamGroupSpec& spec = g.group->spec();
+    ops::AdamWParams hp;
+    hp.lr = lr * spec.lr_mult;
+    hp.beta1 = cfg_.beta1;
+    hp.beta2 = cfg_.beta2;
+    hp.eps = cfg_.eps;
+    hp.weight_decay = cfg_.weight_decay * spec.weight_decay_mult;
+    hp.step = step_;
+    // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below one.
+    if (cfg_.clip_grad > 0) hp.grad_scale = std::min(1.0, cfg_.clip_grad / (r.grad_norm + 1e-6));
+    ops::adamw_step(g.master, g.reducer->reduced_grads(), g.exp_avg, g.exp_avg_sq, hp);
+    all_gather_params(g);
+  }
   r.update_successful = true;
   return r;
 }

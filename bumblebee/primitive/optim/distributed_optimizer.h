@@ -1,14 +1,17 @@
-// DistributedOptimizer: AdamW over the flat parameter buffer, sharded over
-// the data-parallel group (ZeRO-1).
+// DistributedOptimizer: AdamW over the parameter groups of a model, each
+// sharded over its own gradient communicator (ZeRO-1).
 //
-// Each dp rank owns the same slice index of every gradient bucket (see
-// grad_reducer.h): its fp32 master weights (or the parameters themselves when
-// they already are the master dtype and dp = 1) and Adam moments cover those
+// For every trainable group, each rank of the group's communicator owns the
+// same slice index of every gradient bucket (see grad_reducer.h): its fp32
+// master weights (or the parameters themselves when they already are the
+// master dtype and the group has one rank) and Adam moments cover those
 // slices, concatenated in buffer order. A step waits for the bucketed
-// reduce-scatter of the summed gradients, takes the global gradient norm over
-// every rank (each tp-replicated parameter counted once), clips, skips the
-// update when the norm is not finite, updates the local slices, and
-// all-gathers the parameters bucket by bucket.
+// reduce-scatters of the summed gradients, takes the global gradient norm
+// over every group and rank (each parameter counted once: tp-replicated ones
+// on tp rank 0 only), clips, skips the update when the norm is not finite,
+// updates the local slices with the group's lr and weight-decay multipliers,
+// and all-gathers each group's parameters bucket by bucket. Frozen groups
+// have no state and are never touched.
 #pragma once
 
 #include <cstdint>
@@ -35,31 +38,45 @@ struct OptimizerStepResult {
 
 class DistributedOptimizer {
  public:
+  // The optimizer state of one trainable group.
+  struct GroupState {
+    ParamGroup* group = nullptr;
+    dist::Communicator* comm = nullptr;
+    std::unique_ptr<GradReducer> reducer;
+    bool master_is_param = false;
+    Tensor master, exp_avg, exp_avg_sq;   // this rank's bucket slices, in buffer order
+    // [begin, end) ranges of tp-replicated parameters inside this rank's shard
+    // that another tp rank counts in the gradient norm.
+    std::vector<std::pair<int64_t, int64_t>> replicated_ranges;
+    int64_t padding_in_shard = 0;   // shard elements that belong to no parameter
+  };
+
   DistributedOptimizer(ParamStore& store, dist::ParallelState& parallel, const AdamWConfig& cfg);
   OptimizerStepResult step(double lr);
   int64_t steps_taken() const { return step_; }
-  // The bucketed gradient reduction the runtime drives during backward.
-  GradReducer& grads() { return reducer_; }
-  // State for checkpoints: this rank's bucket slices, in buffer order.
-  Tensor& master() { return master_; }
-  Tensor& exp_avg() { return exp_avg_; }
-  Tensor& exp_avg_sq() { return exp_avg_sq_; }
   void set_steps_taken(int64_t s) { step_ = s; }
+
+  // The bucketed gradient reductions the runtime drives during backward.
+  // The gradients are about to change: waits for reductions in flight.
+  void invalidate_grads();
+  // The last backward of the step is done with `p` (a trainable parameter).
+  void grad_ready(const Parameter& p);
+  // After that backward: every trainable parameter was reported.
+  void check_all_reported() const;
+
+  // One entry per trainable group, in the store's group order (checkpoints
+  // save and restore master, exp_avg and exp_avg_sq of each).
+  std::vector<GroupState>& groups() { return groups_; }
   // Refresh the master slices from the parameters (after loading weights).
   void reload_master_from_params();
 
  private:
-  double grad_norm_squared(const Tensor& shard_grad);
-  void all_gather_params();
+  double grad_norm_squared();
+  void all_gather_params(GroupState& g);
   ParamStore* store_;
   dist::ParallelState* parallel_;
   AdamWConfig cfg_;
-  GradReducer reducer_;
-  bool master_is_param_ = false;
-  Tensor master_, exp_avg_, exp_avg_sq_;
-  // [begin, end) ranges of tp-replicated parameters inside this rank's shard.
-  std::vector<std::pair<int64_t, int64_t>> replicated_ranges_;
-  int64_t padding_in_shard_ = 0;   // shard elements that belong to no parameter
+  std::vector<GroupState> groups_;
   int64_t step_ = 0;
 };
 

@@ -1,5 +1,6 @@
-// GradReducer: the data-parallel reduce-scatter of the gradient buckets,
-// started while backward still runs and awaited by the optimizer step.
+// GradReducer: the reduce-scatter of one parameter group's gradient buckets
+// over the group's communicator, started while backward still runs and
+// awaited by the optimizer step.
 //
 // On the last microbatch of a step the model reports each parameter whose
 // gradient is final (grad_ready); when a bucket's last parameter arrives its
@@ -26,7 +27,7 @@ class GradReducer {
     int64_t flat_begin = 0, shard_begin = 0, numel = 0;
   };
 
-  GradReducer(ParamStore& store, dist::Communicator& dp);
+  GradReducer(ParamGroup& group, dist::Communicator& comm);
 
   // In buffer order; with dp = 1 a single slice covering the whole buffer.
   const std::vector<Slice>& slices() const { return slices_; }
@@ -46,13 +47,13 @@ class GradReducer {
 
  private:
   void launch(size_t bucket);
-  ParamStore* store_;
+  ParamGroup* group_;
   dist::Communicator* dp_;
   std::vector<Slice> slices_;
   int64_t shard_numel_ = 0;
   Tensor shard_;                             // dp > 1: the reduced slices
-  std::vector<size_t> bucket_of_param_;      // by registration index
-  std::vector<bool> reported_;               // by registration index
+  std::vector<size_t> bucket_of_param_;      // by index in the group
+  std::vector<bool> reported_;               // by index in the group
   std::vector<size_t> unreported_;           // per bucket: parameters not yet reported
   std::vector<std::unique_ptr<dist::PendingCollective>> in_flight_;   // per bucket
   std::vector<bool> launched_;               // per bucket, since the gradients last changed

@@ -67,18 +67,20 @@ TEST(GradBucketLayout, ParamStoreBindsViewsAtTheBucketOffsets) {
   store.keep_together(gate, up);
   store.allocate(DType::F64, DType::F64, Device::cpu(), 4, 3);
   // Backward order: {b} 3 -> pad 4; {gate, up} 12; {a} 5 -> pad 8.
-  ASSERT_EQ(store.grad_buckets().size(), 3u);
+  ASSERT_EQ(store.groups().size(), 1u);
+  ParamGroup& group = *store.groups().front();
+  ASSERT_EQ(group.grad_buckets().size(), 3u);
   EXPECT_EQ(store.get("a").offset, 0);
   EXPECT_EQ(gate.offset, 8);
   EXPECT_EQ(up.offset, 14);
   EXPECT_EQ(store.get("b").offset, 20);
-  EXPECT_EQ(store.flat_grads().numel(), 24);
+  EXPECT_EQ(group.flat_grads().numel(), 24);
   EXPECT_EQ(store.numel(), 20);
   // The fused view still works across gate|up, and views alias the flat buffers.
   EXPECT_EQ(store.fused_grad(gate, up).shape(), (Shape{4, 3}));
   store.get("b").grad.fill_(2.0);
-  EXPECT_EQ(store.flat_grads().to_doubles()[21], 2.0);
-  EXPECT_EQ(store.flat_grads().to_doubles()[23], 0.0);
+  EXPECT_EQ(group.flat_grads().to_doubles()[21], 2.0);
+  EXPECT_EQ(group.flat_grads().to_doubles()[23], 0.0);
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ struct Fixture {
     store.add("middle", {4}, {});
     store.add("last", {2}, {});
     store.allocate(DType::F64, DType::F64, Device::cpu(), 2, 1);
-    for (Parameter& p : store.params()) p.grad.fill_(double(p.index + 1));
+    for (Parameter& p : store.params()) p.grad.fill_(double(p.group_index + 1));
   }
   ParamStore store;
   RecordingGroup dp;
@@ -56,7 +56,7 @@ struct Fixture {
 
 TEST(GradReducer, StartsEachBucketWhenItsLastParameterIsReported) {
   Fixture f;
-  GradReducer r(f.store, f.dp);
+  GradReducer r(*f.store.groups().front(), f.dp);
   r.grad_ready(f.store.get("last"));
   EXPECT_EQ(f.dp.log, (std::vector<std::string>{"start 2"}));
   r.grad_ready(f.store.get("middle"));
@@ -70,7 +70,7 @@ TEST(GradReducer, StartsEachBucketWhenItsLastParameterIsReported) {
 
 TEST(GradReducer, ReducesUnreportedBucketsWhenTheStepAsks) {
   Fixture f;
-  GradReducer r(f.store, f.dp);
+  GradReducer r(*f.store.groups().front(), f.dp);
   r.grad_ready(f.store.get("last"));
   EXPECT_THROW(r.check_all_reported(), Error);
   EXPECT_EQ(r.reduced_grads().to_doubles(), (std::vector<double>{1, 1, 1, 2, 2, 3}));
@@ -80,7 +80,7 @@ TEST(GradReducer, ReducesUnreportedBucketsWhenTheStepAsks) {
 
 TEST(GradReducer, InvalidateWaitsForWhatIsInFlightAndRearms) {
   Fixture f;
-  GradReducer r(f.store, f.dp);
+  GradReducer r(*f.store.groups().front(), f.dp);
   r.grad_ready(f.store.get("last"));
   EXPECT_THROW(r.grad_ready(f.store.get("last")), Error);
   r.invalidate();

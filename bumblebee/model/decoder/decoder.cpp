@@ -1,0 +1,126 @@
+// Decoder construction, initialisation, forward and backward.
+#include "bumblebee/model/decoder/decoder.h"
+
+#include <functional>
+
+#include "bumblebee/primitive/modules/parameter_init.h"
+
+namespace bb {
+
+struct Decoder::State : ForwardState {
+  VocabParallelEmbedding::Saved embed;
+  std::vector<std::unique_ptr<BlockState>> layers;
+  RMSNorm::Saved norm;
+  LMHead::Saved head;
+};
+
+Decoder::Decoder(DecoderSpec spec, const BuildContext& ctx) : spec_(std::move(spec)), ctx_(ctx), range_(ctx.layers) {
+  BB_CHECK(ctx_.parallel, "BuildContext has no parallel context");
+  if (range_.end_layer < 0) range_.end_layer = spec_.num_layers;
+  BB_CHECK(range_.first_layer >= 0 && range_.first_layer <= range_.end_layer && range_.end_layer <= spec_.num_layers,
+           "layer range [", range_.first_layer, ", ", range_.end_layer, ") does not fit the model's ",
+           spec_.num_layers, " layers");
+  ParallelContext& pc = *ctx_.parallel;
+  const int tp = pc.tp().size(), tp_rank = pc.tp().rank();
+  const std::string embed_name = "model.embed_tokens.weight";
+  if (range_.pre_process)
+    embed_ = std::make_unique<VocabParallelEmbedding>(store_, embed_name, spec_.vocab_size, spec_.hidden_size, pc);
+  for (int64_t i = range_.first_layer; i < range_.end_layer; ++i) {
+    layer_first_param_.push_back(store_.params().size());
+    std::unique_ptr<Block> layer = spec_.build_layer(store_, "model.layers." + std::to_string(i) + ".", i);
+    if (ctx_.recompute == RecomputeMode::Full) layer = std::make_unique<Recompute>(std::move(layer));
+    layers_.push_back(std::move(layer));
+  }
+  layer_first_param_.push_back(store_.params().size());
+  if (range_.post_process) {
+    norm_ = std::make_unique<RMSNorm>(store_, "model.norm.weight", spec_.hidden_size, spec_.norm_eps);
+    if (!spec_.tie_word_embeddings)
+      head_weight_ = &store_.add("lm_head.weight", {spec_.vocab_size, spec_.hidden_size},
+                                 {ShardKind::Vocab, tp_rank, tp});
+    else if (embed_)
+      head_weight_ = &embed_->weight();
+    else   // the last stage's copy of the first stage's tied embedding
+      head_weight_ = &store_.add(embed_name, {spec_.vocab_size, spec_.hidden_size}, {ShardKind::Vocab, tp_rank, tp});
+    head_ = std::make_unique<LMHead>(*head_weight_, pc, ctx_.temperature);
+  }
+  store_.allocate(ctx_.param_groups, ctx_.dtype, ctx_.grad_dtype, ctx_.device, ctx_.grad_bucket_size);
+}
+
+void Decoder::init_weights(uint64_t seed) {
+  // Each parameter draws from a generator keyed by its name, at the full
+  // tensor's indices, so every layout initialises the same model (and a tied
+  // embedding's copy on the last stage equals the first stage's).
+  for (Parameter& p : store_.params()) {
+    if (p.init == InitKind::Ones) {
+      p.value.fill_(1.0);
+      continue;
+    }
+    init_normal_shard(p, seed ^ std::hash<std::string>{}(p.name), spec_.initializer_range);
+  }
+}
+
+std::vector<Parameter*> Decoder::tied_params() {
+  if (!spec_.tie_word_embeddings || (range_.pre_process && range_.post_process)) return {};
+  if (range_.pre_process) return {&embed_->weight()};
+  if (range_.post_process) return {head_weight_};
+  return {};
+}
+
+Tensor Decoder::forward(const DeviceMicroBatch& mb, const Tensor& hidden_in, const Tensor& dloss,
+                        std::unique_ptr<ForwardState>& state) {
+  auto st = std::make_unique<State>();
+  st->layers.resize(layers_.size());
+  Tensor x = hidden_in;
+  if (embed_) x = embed_->forward(mb.input_ids, ctx_.residual_dtype, st->embed);
+  BB_CHECK(x.defined(), "a chunk without the embedding needs the previous stage's hidden states");
+  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->forward(x, mb.seq, st->layers[i]);
+  if (head_) x = head_->forward(norm_->forward(x, st->norm), mb.labels, dloss, st->head);
+  state = std::move(st);
+  return x;
+}
+
+Tensor Decoder::backward(const DeviceMicroBatch& mb, const Tensor& grad_out, ForwardState& state,
+                         const GradReadyFn& on_grad_ready) {
+  State& st = static_cast<State&>(state);
+  Tensor dx = grad_out;
+  if (head_) {
+    dx = norm_->backward(head_->backward(grad_out, st.head), st.norm);
+    st.head = LMHead::Saved{};
+    // The final norm and an untied lm_head come after the layers; a tied head's
+    // weight is the embedding's, which is done only after the embedding backward.
+    grads_ready(layer_first_param_.back(), store_.params().size(), on_grad_ready);
+  }
+  for (size_t i = layers_.size(); i-- > 0;) {
+    dx = layers_[i]->backward(dx, mb.seq, st.layers[i]);
+    grads_ready(layer_first_param_[i], layer_first_param_[i + 1], on_grad_ready);
+  }
+  if (!embed_) return dx;
+  embed_->backward(dx, st.embed);
+  grads_ready(0, layer_first_param_.front(), on_grad_ready);
+  return Tensor();
+}
+
+void Decoder::grads_ready(size_t first, size_t end, const GradReadyFn& on_grad_ready) {
+  if (!on_grad_ready) return;
+  TensorParallel& tp = ctx_.parallel->tp();
+  for (size_t i = first; i < end; ++i) {
+    Parameter& p = store_.params()[i];
+    if (!p.requires_grad()) continue;
+    if (p.replicated_over_tp()) tp.reduce_replicated_grad(p.grad);
+    on_grad_ready(p);
+  }
+}
+
+Tensor Decoder::logits(const DeviceMicroBatch& mb) {
+  BB_CHECK(range_.pre_process && range_.post_process, "logits need the whole model on one rank (pp = 1)");
+  State st;
+  st.layers.resize(layers_.size());
+  Tensor x = embed_->forward(mb.input_ids, ctx_.residual_dtype, st.embed);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_[i]->forward(x, mb.seq, st.layers[i]);
+    st.layers[i].reset();
+  }
+  return head_->full_logits(norm_->forward(x, st.norm));
+}
+
+}  // namespace bb

@@ -1,0 +1,70 @@
+// Decoder: the generic decoder-only language model chunk that model packages
+// compose: VocabParallelEmbedding -> layer x L -> RMSNorm -> LMHead, built for
+// a range of layers (a pipeline stage; the whole model is the one-stage case).
+//
+// A model package says what its layers are (DecoderSpec::layer builds layer i
+// from primitives: attention, a feed-forward slot, norms) and the decoder
+// does the rest the same way for every model: the layer loop, parameter
+// registration in HF order, recompute (Full wraps each layer in Recompute),
+// the tied embedding, and gradient-ready reporting layer by layer so the
+// data-parallel reduction overlaps the backward of earlier layers.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "bumblebee/model/protocol.h"
+#include "bumblebee/primitive/modules/embedding.h"
+#include "bumblebee/primitive/modules/lm_head.h"
+#include "bumblebee/primitive/modules/rmsnorm.h"
+
+namespace bb {
+
+struct DecoderSpec {
+  nlohmann::json config;              // the model's normalised config (ModelChunk::config)
+  int64_t vocab_size = 0, hidden_size = 0, num_layers = 0;
+  double norm_eps = 1e-6;
+  double initializer_range = 0.02;    // std of the normal init of every matrix
+  bool tie_word_embeddings = false;
+  // Declares and builds decoder layer `layer`, its parameters named `prefix` + HF suffix.
+  std::function<std::unique_ptr<Block>(ParamStore& store, const std::string& prefix, int64_t layer)> build_layer;
+  // ModelChunk::train_flops of the whole model.
+  std::function<double(int64_t tokens, int64_t seq_len)> train_flops;
+};
+
+class Decoder : public ModelChunk {
+ public:
+  Decoder(DecoderSpec spec, const BuildContext& ctx);
+
+  ParamStore& params() override { return store_; }
+  const nlohmann::json& config() const override { return spec_.config; }
+  int64_t vocab_size() const override { return spec_.vocab_size; }
+  const LayerRange& layers() const override { return range_; }
+  double train_flops(int64_t tokens, int64_t seq_len) const override { return spec_.train_flops(tokens, seq_len); }
+  void init_weights(uint64_t seed) override;
+  std::vector<Parameter*> tied_params() override;
+  Tensor forward(const DeviceMicroBatch& mb, const Tensor& hidden_in, const Tensor& dloss,
+                 std::unique_ptr<ForwardState>& state) override;
+  Tensor backward(const DeviceMicroBatch& mb, const Tensor& grad_out, ForwardState& state,
+                  const GradReadyFn& on_grad_ready) override;
+  Tensor logits(const DeviceMicroBatch& mb) override;
+
+ private:
+  struct State;
+  // Makes the gradients of parameters [first, end) final and reports them.
+  void grads_ready(size_t first, size_t end, const GradReadyFn& on_grad_ready);
+  DecoderSpec spec_;
+  BuildContext ctx_;
+  LayerRange range_;   // end_layer resolved
+  ParamStore store_;
+  std::unique_ptr<VocabParallelEmbedding> embed_;   // first stage
+  std::vector<std::unique_ptr<Block>> layers_;
+  // Layer i owns parameters [layer_first_param_[i], layer_first_param_[i + 1]).
+  std::vector<size_t> layer_first_param_;
+  std::unique_ptr<RMSNorm> norm_;                   // last stage
+  Parameter* head_weight_ = nullptr;                // last stage: lm_head, the embedding, or its tied copy
+  std::unique_ptr<LMHead> head_;
+};
+
+}  // namespace bb

@@ -1,0 +1,46 @@
+// Block: a piece of the residual stream with explicit forward and backward,
+// the unit that decoders stack and that recompute wraps.
+//
+// A decoder layer is a Block; so is its feed-forward part (the slot a layer
+// fills with a dense SwiGLU MLP or, for MoE models, a mixture of experts).
+// forward keeps what backward needs in a BlockState of its own type, which
+// the caller holds per microbatch and hands back to backward (which consumes
+// it). Parameters are declared in the module's constructor; backward
+// accumulates their gradients (never overwrites them) and skips frozen ones.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "bumblebee/core/tensor.h"
+#include "bumblebee/primitive/modules/parameter.h"
+
+namespace bb {
+
+// Per-microbatch inputs shared by every layer: positions and sequence layout.
+struct SequenceLayout {
+  Tensor position_ids;   // [T] int64 on the compute device
+  Tensor cu_seqlens;     // [S+1] int32 on the compute device
+  int64_t max_seqlen = 0;
+};
+
+struct BlockState {
+  virtual ~BlockState() = default;
+};
+
+class Block {
+ public:
+  virtual ~Block() = default;
+  // x [T_local, H] -> y of the same shape. `state` receives what backward needs.
+  virtual Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) = 0;
+  // dy -> dx; accumulates parameter gradients and releases `state`.
+  virtual Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) = 0;
+};
+
+// Builds a block whose parameters are named `prefix` + their HF suffix, at the
+// point of the caller's construction where its parameters must be declared
+// (parameter order follows HF's module order).
+using BlockFactory = std::function<std::unique_ptr<Block>(ParamStore& store, const std::string& prefix)>;
+
+}  // namespace bb

@@ -1,0 +1,32 @@
+// Microbatch schedules: the order in which a rank runs the forward and the
+// backward of each microbatch on its model chunk.
+//
+// The sequential schedule (pp = 1) runs forward i then backward i, one
+// microbatch after the other, so only one microbatch's activations are alive
+// at a time; the last microbatch's backward reports each finished gradient
+// (on_grad_ready) so the data-parallel reductions overlap the rest of it.
+// Pipeline schedules (1F1B, interleaved) go beside it and call the same
+// hooks, on the stages that hold the loss.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "bumblebee/model/protocol.h"
+#include "bumblebee/runtime/microbatch.h"
+
+namespace bb {
+
+struct ScheduleHooks {
+  // The loss gradient to fold into the last stage's forward of microbatch i
+  // (the built-in loss, known before the forward), or undefined.
+  std::function<Tensor(size_t i)> fused_dloss;
+  // The last stage's per-token loss of microbatch i -> the gradient that
+  // microbatch's backward starts from (ignored when forward_only).
+  std::function<Tensor(size_t i, const Tensor& token_loss)> loss;
+};
+
+void run_sequential_schedule(ModelChunk& chunk, const std::vector<PreparedMicroBatch>& microbatches,
+                             bool forward_only, const ScheduleHooks& hooks, const GradReadyFn& on_grad_ready);
+
+}  // namespace bb
