@@ -46,7 +46,8 @@ bool nfc_available() { return false; }
 std::string nfc_unicode_version() { return ""; }
 
 std::string nfc(std::string_view) {
-  BB_FAIL("this build has no utf8proc, which the tokenizer's NFC normalizer needs: install libutf8proc-dev and re-run cmake");
+  BB_FAIL("this build has no utf8proc, which the tokenizer's NFC normalizer needs: "
+          "install libutf8proc-dev and re-run cmake");
 }
 
 }  // namespace bb::unicode
