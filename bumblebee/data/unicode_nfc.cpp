@@ -1,107 +1,55 @@
-// NFC: canonical decomposition, canonical ordering of combining marks, canonical composition.
+// NFC through utf8proc; without utf8proc, an nfc() that refuses to run.
 #include "bumblebee/data/unicode_nfc.h"
 
-#include <algorithm>
+#include "bumblebee/core/error.h"
 
-#include "bumblebee/data/unicode_nfc_tables.h"
+#ifdef BB_WITH_UTF8PROC
+
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
 #include "bumblebee/data/utf8.h"
 
 namespace bb::unicode {
 
-namespace {
+bool nfc_available() { return true; }
 
-// Hangul syllables decompose and compose arithmetically (Unicode ch. 3.12).
-constexpr char32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0x11A7;
-constexpr char32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount * kTCount, kSCount = kLCount * kNCount;
-
-uint8_t combining_class(char32_t cp) {
-  if (cp < 0x300) return 0;
-  const auto* end = kCombiningClasses + kNumCombiningClasses;
-  const auto* it = std::lower_bound(kCombiningClasses, end, cp,
-                                    [](const CombiningClass& e, char32_t c) { return e.cp < c; });
-  return it != end && it->cp == cp ? it->ccc : 0;
-}
-
-void decompose(char32_t cp, std::u32string& out) {
-  if (cp >= kSBase && cp < kSBase + kSCount) {
-    const char32_t s = cp - kSBase;
-    out.push_back(kLBase + s / kNCount);
-    out.push_back(kVBase + (s % kNCount) / kTCount);
-    if (s % kTCount != 0) out.push_back(kTBase + s % kTCount);
-    return;
-  }
-  const auto* end = kDecompositions + kNumDecompositions;
-  const auto* it = std::lower_bound(kDecompositions, end, cp,
-                                    [](const Decomposition& e, char32_t c) { return e.cp < c; });
-  if (it == end || it->cp != cp) {
-    out.push_back(cp);
-    return;
-  }
-  decompose(it->first, out);
-  if (it->second != 0) decompose(it->second, out);
-}
-
-// The primary composite of (first, second), or 0 when they do not compose.
-char32_t compose(char32_t first, char32_t second) {
-  if (first >= kLBase && first < kLBase + kLCount && second >= kVBase && second < kVBase + kVCount)
-    return kSBase + ((first - kLBase) * kVCount + (second - kVBase)) * kTCount;
-  if (first >= kSBase && first < kSBase + kSCount && (first - kSBase) % kTCount == 0 && second > kTBase &&
-      second < kTBase + kTCount)
-    return first + (second - kTBase);
-  const auto* end = kCompositions + kNumCompositions;
-  const auto* it = std::lower_bound(kCompositions, end, std::pair{first, second},
-                                    [](const Composition& e, const std::pair<char32_t, char32_t>& k) {
-                                      return std::pair{e.first, e.second} < k;
-                                    });
-  return it != end && it->first == first && it->second == second ? it->composite : 0;
-}
-
-}  // namespace
+std::string nfc_unicode_version() { return utf8proc_unicode_version(); }
 
 std::string nfc(std::string_view text) {
-  // Below U+0300 nothing decomposes into, or composes from, anything else.
-  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0xCC; }))
+  // ASCII is its own NFC; most tokenizer input is, so it skips the copy through utf8proc.
+  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
     return std::string(text);
-
-  std::u32string decomposed;
-  for (char32_t cp : utf8::decode(text, "NFC input")) decompose(cp, decomposed);
-
-  // Canonical ordering: stable-sort each run of combining marks by class.
-  for (size_t i = 0; i < decomposed.size();) {
-    if (combining_class(decomposed[i]) == 0) {
-      ++i;
-      continue;
-    }
-    size_t j = i;
-    while (j < decomposed.size() && combining_class(decomposed[j]) != 0) ++j;
-    std::stable_sort(decomposed.begin() + i, decomposed.begin() + j,
-                     [](char32_t a, char32_t b) { return combining_class(a) < combining_class(b); });
-    i = j;
-  }
-
-  // Canonical composition: a mark composes with the last starter unless a
-  // character in between has class 0 or a class >= its own (it is "blocked").
-  std::u32string out;
-  out.reserve(decomposed.size());
-  size_t starter = std::u32string::npos;
-  uint8_t last_class = 0;
-  for (char32_t cp : decomposed) {
-    const uint8_t cls = combining_class(cp);
-    if (starter != std::u32string::npos) {
-      const bool adjacent = starter + 1 == out.size();
-      const bool blocked = !adjacent && (last_class == 0 || last_class >= cls);
-      if (!blocked) {
-        if (char32_t c = compose(out[starter], cp)) {
-          out[starter] = c;
-          continue;
-        }
-      }
-    }
-    if (cls == 0) starter = out.size();
-    last_class = cls;
-    out.push_back(cp);
-  }
-  return utf8::encode(out);
+  // Our own check, so invalid input fails with the byte offset, as everywhere in the tokenizer.
+  utf8::check_valid(text, "NFC input");
+  // What utf8proc_NFC does, with an explicit length so NUL bytes in the text survive.
+  utf8proc_uint8_t* composed = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &composed, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  BB_CHECK(n >= 0, "utf8proc NFC of ", text.size(), " bytes failed: ", utf8proc_errmsg(n));
+  const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owner(composed, &std::free);
+  return std::string(reinterpret_cast<const char*>(composed), static_cast<size_t>(n));
 }
 
 }  // namespace bb::unicode
+
+#else
+
+namespace bb::unicode {
+
+bool nfc_available() { return false; }
+
+std::string nfc_unicode_version() { return ""; }
+
+std::string nfc(std::string_view) {
+  BB_FAIL("this build has no utf8proc, which the tokenizer's NFC normalizer needs: "
+          "install libutf8proc-dev and re-run cmake");
+}
+
+}  // namespace bb::unicode
+
+#endif  // BB_WITH_UTF8PROC

@@ -20,12 +20,26 @@ std::map<std::string, Entry>& entries() {
   return e;
 }
 
+// Built-ins register before any other model, so a user's register_model of a
+// built-in name replaces it rather than being replaced on first lookup.
 std::once_flag g_builtins;
-void ensure_builtins() { std::call_once(g_builtins, register_builtin_models); }
+thread_local bool t_registering_builtins = false;
+void ensure_builtins() {
+  if (t_registering_builtins) return;  // the built-ins' own register_model calls
+  std::call_once(g_builtins, [] {
+    t_registering_builtins = true;
+    register_builtin_models();
+    t_registering_builtins = false;
+  });
+}
+
+// The seed's naming: a model's first impl answers to `name`, each later one to `name_impl`.
+std::string impl_key(const Entry& e, size_t i) { return i == 0 ? e.name : e.name + "_" + e.impls[i].first; }
 
 std::string known_names() {
   std::string out;
-  for (const auto& [k, e] : entries()) out += (out.empty() ? "" : ", ") + k;
+  for (const auto& [k, e] : entries())
+    for (size_t i = 0; i < e.impls.size(); ++i) out += (out.empty() ? "" : ", ") + impl_key(e, i);
   return out;
 }
 }  // namespace
@@ -34,6 +48,7 @@ void register_model(const std::string& name, const std::vector<std::string>& hf_
                     const std::vector<std::pair<std::string, std::shared_ptr<ModelProtocol>>>& impls) {
   BB_CHECK(!name.empty(), "register_model: empty model name");
   BB_CHECK(!impls.empty(), "register_model('", name, "'): no impls given");
+  ensure_builtins();
   entries()[name] = Entry{name, hf_model_types, impls};
 }
 
@@ -47,10 +62,19 @@ std::shared_ptr<ModelProtocol> resolve_model(const std::string& name, const std:
         if (t == hf_model_type) entry = &e;
     BB_CHECK(entry, "unsupported model_type '", hf_model_type, "' in config.json (registered models: ",
              known_names(), ")");
-  } else {
-    auto it = entries().find(name);
-    BB_CHECK(it != entries().end(), "unknown model_name '", name, "' (registered models: ", known_names(), ")");
+  } else if (auto it = entries().find(name); it != entries().end()) {
     entry = &it->second;
+  } else {
+    // `name_impl` names the impl itself; `impl` may only repeat it or be the default (the first impl's key).
+    for (const auto& [k, e] : entries())
+      for (size_t i = 1; i < e.impls.size(); ++i) {
+        if (impl_key(e, i) != name) continue;
+        const std::string& own = e.impls[i].first;
+        BB_CHECK(impl.empty() || impl == "auto" || impl == own || impl == e.impls.front().first, "model_name '",
+                 name, "' selects impl '", own, "' of model '", e.name, "', but impl is '", impl, "'");
+        return e.impls[i].second;
+      }
+    BB_FAIL("unknown model_name '", name, "' (registered models: ", known_names(), ")");
   }
   if (impl.empty() || impl == "auto") return entry->impls.front().second;
   std::string impls;

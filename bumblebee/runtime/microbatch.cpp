@@ -21,6 +21,7 @@ std::vector<PackedBatch> split_microbatches(const PackedBatch& batch, int n) {
 
 PreparedMicroBatch prepare_microbatch(const PackedBatch& mb_in, int64_t vocab_size, int64_t pad_multiple,
                                       Device dev, DType loss_dtype) {
+  BB_CHECK(pad_multiple >= 1, "pad_multiple must be >= 1, got ", pad_multiple);
   const PackedBatch mb = mb_in.with_defaults();
   const int64_t T = mb.total_tokens();
   for (int64_t i = 0; i < T; ++i) {

@@ -14,6 +14,10 @@ LRSchedule::LRSchedule(const LRScheduleConfig& cfg) : cfg_(cfg) {
   BB_CHECK(cfg.warmup_steps >= 0 && cfg.decay_steps >= 0, "lr_warmup_steps and lr_decay_steps must be >= 0");
   BB_CHECK(s == "constant" || cfg.decay_steps > cfg.warmup_steps, "lr_decay_steps (", cfg.decay_steps,
            ") must exceed lr_warmup_steps (", cfg.warmup_steps, ") for lr_decay_style ", s);
+  // Checked here, not when the WSD tail is reached thousands of steps into a run.
+  const std::string& w = cfg.wsd_decay_style;
+  BB_CHECK(s != "WSD" || w == "linear" || w == "cosine" || w == "exponential", "unknown lr_wsd_decay_style '", w,
+           "' (expected linear, cosine or exponential)");
 }
 
 double LRSchedule::lr_at(int64_t step) const {
@@ -35,8 +39,7 @@ double LRSchedule::lr_at(int64_t step) const {
     const double r = double(step - tail_start) / double(std::max<int64_t>(c.wsd_decay_steps, 1));
     if (c.wsd_decay_style == "linear") coeff = 1.0 - r;
     else if (c.wsd_decay_style == "cosine") coeff = 0.5 * (std::cos(M_PI * r) + 1.0);
-    else if (c.wsd_decay_style == "exponential") coeff = std::pow(2.0, -8.0 * r) * (1.0 - r);
-    else BB_FAIL("unknown lr_wsd_decay_style '", c.wsd_decay_style, "' (expected linear, cosine or exponential)");
+    else coeff = 2.0 * std::pow(0.5, r) - 1.0;  // exponential: from 1 at the tail's start to 0 at its end
   }
   return c.min_lr + coeff * (c.lr - c.min_lr);
 }
