@@ -48,7 +48,9 @@ std::vector<double> shard_of(const Tensor& full, const Parameter& local) {
       return column_slice(full, local.shard_begin, local.local_shape[1]).to_doubles();
     case ShardKind::Column:
     case ShardKind::Vocab: {
-      std::vector<double> out = full.narrow(local.shard_begin, local.shard_valid).to_doubles();
+      // A rank past the end of the vocabulary holds padding only.
+      std::vector<double> out;
+      if (local.shard_valid > 0) out = full.narrow(local.shard_begin, local.shard_valid).to_doubles();
       out.resize(size_t(shape_numel(local.local_shape)), 0.0);
       return out;
     }
@@ -189,8 +191,8 @@ TEST(MpiTensorParallelModules, LMHeadMatchesOneRank) {
   if (!divides({kTokens})) GTEST_SKIP() << "tp " << tp_size() << " does not divide the sizes";
   Generator gen(141);
   Tensor h = test::random_tensor(gen, {kTokens, kHidden});
-  std::vector<int64_t> label(size_t(kTokens));
-  std::vector<double> dl(size_t(kTokens));
+  std::vector<int64_t> label(static_cast<size_t>(kTokens));
+  std::vector<double> dl(static_cast<size_t>(kTokens));
   for (int64_t t = 0; t < kTokens; ++t) {
     const bool masked = t % 5 == 2;
     label[size_t(t)] = masked ? -100 : int64_t(gen.next_u64() % uint64_t(kVocab));

@@ -24,7 +24,7 @@ Tensor labels() { return Tensor::from_vector(kLabels, {kTokens}); }
 
 // The built-in loss: the loss mask over the count of unmasked tokens.
 Tensor mean_over_unmasked() {
-  std::vector<double> d(size_t(kTokens));
+  std::vector<double> d(static_cast<size_t>(kTokens));
   double count = 0;
   for (bool m : kMasked) count += m ? 0 : 1;
   for (int64_t t = 0; t < kTokens; ++t) d[size_t(t)] = kMasked[size_t(t)] ? 0.0 : 1.0 / count;
