@@ -1,8 +1,8 @@
 // Tensor-parallel modules at tp = the number of ranks, with sequence parallel
 // as TensorParallel runs it, against the same module on one rank in float64:
 // Column/Row linear, SelfAttention (GQA, q/k norm on and off, packed
-// sequences), the SwiGLU MLP and the vocab-parallel LM head (vocabulary padded
-// to a multiple of tp). Every rank builds both from the same seed, feeds its
+// sequences), the SwiGLU MLP, the DecoderLayer (every recompute mode) and the
+// vocab-parallel LM head (vocabulary padded to a multiple of tp). Every rank builds both from the same seed, feeds its
 // shard of the same inputs, and checks that its outputs, input gradients and
 // parameter-gradient shards (replicated ones summed over the group) equal its
 // slice of the single-rank results to 1e-12. Sizes that tp does not divide
@@ -184,6 +184,48 @@ TEST(MpiTensorParallelModules, SwiGLUMLPMatchesOneRank) {
             kTol);
   expect_parameter_shards_match(parallel, single);
 }
+
+// The whole layer, also with full recompute: the re-run forward in backward
+// issues its collectives again, in the same order on every rank.
+class MpiTensorParallelDecoderLayer : public ::testing::TestWithParam<Recompute> {};
+
+TEST_P(MpiTensorParallelDecoderLayer, MatchesOneRank) {
+  DecoderLayerConfig cfg;
+  cfg.attention.hidden = 8;
+  cfg.attention.num_heads = 16;
+  cfg.attention.num_kv_heads = 8;
+  cfg.attention.head_dim = 4;
+  cfg.attention.qk_norm = true;
+  cfg.attention.recompute_core_attention = GetParam() == Recompute::Selective;
+  cfg.ffn = 24;
+  cfg.recompute = GetParam();
+  if (!divides({kTokens, cfg.attention.num_heads, cfg.attention.num_kv_heads, cfg.ffn}))
+    GTEST_SKIP() << "tp " << tp_size() << " does not divide the sizes";
+  const SequenceLayout seq = test::packed_sequences({9, 3, 7, 5});
+  Generator gen(151);
+  Tensor x = test::random_tensor(gen, {kTokens, 8}), dy = test::random_tensor(gen, {kTokens, 8});
+
+  test::ModuleFixture single;
+  auto ref = single.make_decoder_layer(cfg);
+  single.allocate_and_init(152);
+  DecoderLayer::Saved rs;
+  const Tensor y_ref = ref->forward(x, seq, rs);
+  const Tensor dx_ref = ref->backward(dy, seq, rs);
+
+  test::ModuleFixture parallel(tp_group());
+  auto layer = parallel.make_decoder_layer(cfg);
+  parallel.allocate_and_init(152);
+  DecoderLayer::Saved s;
+  EXPECT_LT(test::relative_error(layer->forward(token_shard(x), seq, s).to_doubles(), token_shard(y_ref).to_doubles()),
+            kTol);
+  EXPECT_LT(test::relative_error(layer->backward(token_shard(dy), seq, s).to_doubles(),
+                                 token_shard(dx_ref).to_doubles()),
+            kTol);
+  expect_parameter_shards_match(parallel, single);
+}
+
+INSTANTIATE_TEST_SUITE_P(RecomputeModes, MpiTensorParallelDecoderLayer,
+                         ::testing::Values(Recompute::None, Recompute::Selective, Recompute::Full));
 
 // A vocabulary of 13 is padded on every tp > 1; masked tokens carry dloss 0.
 TEST(MpiTensorParallelModules, LMHeadMatchesOneRank) {
