@@ -46,7 +46,6 @@ class ModuleFixture {
 
   int tp_rank() const { return group_->rank(); }
   int tp_size() const { return group_->size(); }
-  dist::Communicator& tp_group() { return *group_; }
   TensorParallel& tp() { return tp_; }
 
   std::unique_ptr<ColumnParallelLinear> make_column_linear(int64_t in, int64_t out,
