@@ -14,9 +14,11 @@ namespace {
 class StubProtocol : public bb::ModelProtocol {
  public:
   nlohmann::json build_model_config(const nlohmann::json&, const nlohmann::json&) const override { return {}; }
-  std::unique_ptr<bb::CausalLM> build_model(const nlohmann::json&, const bb::BuildContext&) const override {
+  std::unique_ptr<bb::ModelChunk> build_model(const nlohmann::json&, const bb::BuildContext&) const override {
     return nullptr;
   }
+  void load_hf_weights(bb::ModelChunk&, const bb::HFCheckpoint&) const override {}
+  void export_hf_weights(bb::ModelChunk&, bb::ParallelContext&, const bb::WeightSink&) const override {}
 };
 
 std::string error_of(const std::string& name, const std::string& impl, const std::string& model_type) {

@@ -20,7 +20,12 @@ constexpr int64_t kTokens = 24;
 
 int tp_size() { return dist::World::instance().size(); }
 int tp_rank() { return dist::World::instance().rank(); }
-std::shared_ptr<dist::Communicator> tp_group() { return dist::World::instance().communicator(); }
+// Every rank in one tensor-parallel group.
+std::shared_ptr<dist::ParallelState> tp_group() {
+  dist::GroupSizes sizes;
+  sizes.tp = tp_size();
+  return dist::ParallelState::create(dist::World::instance(), sizes);
+}
 
 // This rank's rows of a [rows, ...] tensor under sequence parallel.
 Tensor token_shard(const Tensor& t) {
@@ -171,23 +176,23 @@ TEST(MpiTensorParallelModules, SwiGLUMLPMatchesOneRank) {
   test::ModuleFixture single;
   auto ref = single.make_mlp(kHidden, kFfn);
   single.allocate_and_init(132);
-  SwiGLUMLP::Saved rs;
-  const Tensor y_ref = ref->forward(x, rs);
-  const Tensor dx_ref = ref->backward(dy, rs);
+  std::unique_ptr<BlockState> rs;
+  const Tensor y_ref = ref->forward(x, SequenceLayout{}, rs);
+  const Tensor dx_ref = ref->backward(dy, SequenceLayout{}, rs);
 
   test::ModuleFixture parallel(tp_group());
   auto mlp = parallel.make_mlp(kHidden, kFfn);
   parallel.allocate_and_init(132);
-  SwiGLUMLP::Saved s;
-  EXPECT_LT(test::relative_error(mlp->forward(token_shard(x), s).to_doubles(), token_shard(y_ref).to_doubles()), kTol);
-  EXPECT_LT(test::relative_error(mlp->backward(token_shard(dy), s).to_doubles(), token_shard(dx_ref).to_doubles()),
+  std::unique_ptr<BlockState> s;
+  EXPECT_LT(test::relative_error(mlp->forward(token_shard(x), SequenceLayout{}, s).to_doubles(), token_shard(y_ref).to_doubles()), kTol);
+  EXPECT_LT(test::relative_error(mlp->backward(token_shard(dy), SequenceLayout{}, s).to_doubles(), token_shard(dx_ref).to_doubles()),
             kTol);
   expect_parameter_shards_match(parallel, single);
 }
 
 // The whole layer, also with full recompute: the re-run forward in backward
 // issues its collectives again, in the same order on every rank.
-class MpiTensorParallelDecoderLayer : public ::testing::TestWithParam<Recompute> {};
+class MpiTensorParallelDecoderLayer : public ::testing::TestWithParam<RecomputeMode> {};
 
 TEST_P(MpiTensorParallelDecoderLayer, MatchesOneRank) {
   DecoderLayerConfig cfg;
@@ -196,26 +201,25 @@ TEST_P(MpiTensorParallelDecoderLayer, MatchesOneRank) {
   cfg.attention.num_kv_heads = 8;
   cfg.attention.head_dim = 4;
   cfg.attention.qk_norm = true;
-  cfg.attention.recompute_core_attention = GetParam() == Recompute::Selective;
-  cfg.ffn = 24;
-  cfg.recompute = GetParam();
-  if (!divides({kTokens, cfg.attention.num_heads, cfg.attention.num_kv_heads, cfg.ffn}))
+  cfg.attention.recompute_core_attention = GetParam() == RecomputeMode::Selective;
+  const int64_t ffn = 24;
+  if (!divides({kTokens, cfg.attention.num_heads, cfg.attention.num_kv_heads, ffn}))
     GTEST_SKIP() << "tp " << tp_size() << " does not divide the sizes";
   const SequenceLayout seq = test::packed_sequences({9, 3, 7, 5});
   Generator gen(151);
   Tensor x = test::random_tensor(gen, {kTokens, 8}), dy = test::random_tensor(gen, {kTokens, 8});
 
   test::ModuleFixture single;
-  auto ref = single.make_decoder_layer(cfg);
+  auto ref = single.make_decoder_layer(cfg, ffn, GetParam());
   single.allocate_and_init(152);
-  DecoderLayer::Saved rs;
+  std::unique_ptr<BlockState> rs;
   const Tensor y_ref = ref->forward(x, seq, rs);
   const Tensor dx_ref = ref->backward(dy, seq, rs);
 
   test::ModuleFixture parallel(tp_group());
-  auto layer = parallel.make_decoder_layer(cfg);
+  auto layer = parallel.make_decoder_layer(cfg, ffn, GetParam());
   parallel.allocate_and_init(152);
-  DecoderLayer::Saved s;
+  std::unique_ptr<BlockState> s;
   EXPECT_LT(test::relative_error(layer->forward(token_shard(x), seq, s).to_doubles(), token_shard(y_ref).to_doubles()),
             kTol);
   EXPECT_LT(test::relative_error(layer->backward(token_shard(dy), seq, s).to_doubles(),
@@ -225,7 +229,7 @@ TEST_P(MpiTensorParallelDecoderLayer, MatchesOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RecomputeModes, MpiTensorParallelDecoderLayer,
-                         ::testing::Values(Recompute::None, Recompute::Selective, Recompute::Full));
+                         ::testing::Values(RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full));
 
 // A vocabulary of 13 is padded on every tp > 1; masked tokens carry dloss 0.
 TEST(MpiTensorParallelModules, LMHeadMatchesOneRank) {

@@ -29,7 +29,8 @@
 #include "bumblebee/primitive/modules/mlp.h"
 #include "bumblebee/primitive/modules/parameter_init.h"
 #include "bumblebee/primitive/modules/rope.h"
-#include "bumblebee/primitive/parallel/tensor_parallel.h"
+#include "bumblebee/primitive/parallel/parallel_context.h"
+#include "bumblebee/primitive/recompute/recompute.h"
 
 #include "../../ops/finite_difference.h"
 
@@ -38,41 +39,45 @@ namespace bb::test {
 class ModuleFixture {
  public:
   // One rank: every tensor-parallel mapping is the identity.
-  ModuleFixture() : ModuleFixture(dist::make_single_rank_communicator("tp")) {}
-  explicit ModuleFixture(std::shared_ptr<dist::Communicator> tp_group)
-      : group_(std::move(tp_group)), tp_(*group_) {}
+  ModuleFixture() : ModuleFixture(dist::ParallelState::single_rank()) {}
+  explicit ModuleFixture(std::shared_ptr<dist::ParallelState> parallel) : pc_(std::move(parallel)) {}
   ModuleFixture(const ModuleFixture&) = delete;
   ModuleFixture& operator=(const ModuleFixture&) = delete;
 
-  int tp_rank() const { return group_->rank(); }
-  int tp_size() const { return group_->size(); }
-  TensorParallel& tp() { return tp_; }
+  int tp_rank() { return pc_.tp().rank(); }
+  int tp_size() { return pc_.tp().size(); }
+  TensorParallel& tp() { return pc_.tp(); }
 
   std::unique_ptr<ColumnParallelLinear> make_column_linear(int64_t in, int64_t out,
                                                            const std::string& name = "column.weight") {
-    return std::make_unique<ColumnParallelLinear>(store_, name, in, out, tp_);
+    return std::make_unique<ColumnParallelLinear>(store_, name, in, out, pc_.tp());
   }
   std::unique_ptr<RowParallelLinear> make_row_linear(int64_t in, int64_t out, const std::string& name = "row.weight") {
-    return std::make_unique<RowParallelLinear>(store_, name, in, out, tp_);
+    return std::make_unique<RowParallelLinear>(store_, name, in, out, pc_.tp());
   }
   // Parameters "<prefix>q_proj.weight", ..., "<prefix>q_norm.weight" (HF names);
   // rotary frequencies of the default rope type.
   std::unique_ptr<SelfAttention> make_attention(const AttentionConfig& cfg, const std::string& prefix = "") {
-    return std::make_unique<SelfAttention>(store_, prefix, cfg, tp_, inv_freq(cfg.head_dim));
+    return std::make_unique<SelfAttention>(store_, prefix, cfg, pc_, inv_freq(cfg.head_dim));
   }
   // Parameters "<prefix>gate_proj.weight", "<prefix>up_proj.weight", "<prefix>down_proj.weight".
   std::unique_ptr<SwiGLUMLP> make_mlp(int64_t hidden, int64_t ffn, const std::string& prefix = "") {
-    return std::make_unique<SwiGLUMLP>(store_, prefix, hidden, ffn, tp_);
+    return std::make_unique<SwiGLUMLP>(store_, prefix, hidden, ffn, pc_);
   }
-  // Parameters "<prefix>input_layernorm.weight", "<prefix>self_attn.*", "<prefix>mlp.*", ...
-  std::unique_ptr<DecoderLayer> make_decoder_layer(const DecoderLayerConfig& cfg, const std::string& prefix = "") {
-    return std::make_unique<DecoderLayer>(store_, prefix, cfg, tp_, inv_freq(cfg.attention.head_dim));
+  // Parameters "<prefix>input_layernorm.weight", "<prefix>self_attn.*", "<prefix>mlp.*" (a SwiGLU MLP of
+  // `ffn` features in the feed-forward slot); wrapped in Recompute when `recompute` is Full.
+  std::unique_ptr<Block> make_decoder_layer(const DecoderLayerConfig& cfg, int64_t ffn, RecomputeMode recompute,
+                                            const std::string& prefix = "") {
+    std::unique_ptr<Block> layer = std::make_unique<DecoderLayer>(
+        store_, prefix, cfg, pc_, inv_freq(cfg.attention.head_dim), swiglu_mlp(cfg.attention.hidden, ffn, pc_));
+    if (recompute == RecomputeMode::Full) layer = std::make_unique<Recompute>(std::move(layer));
+    return layer;
   }
   // Its own vocab-parallel weight, parameter `name`.
   std::unique_ptr<LMHead> make_lm_head(int64_t vocab, int64_t hidden, double temperature,
                                        const std::string& name = "lm_head.weight") {
     Parameter& w = store_.add(name, {vocab, hidden}, {ShardKind::Vocab, tp_rank(), tp_size()});
-    return std::make_unique<LMHead>(w, tp_, temperature);
+    return std::make_unique<LMHead>(w, pc_, temperature);
   }
 
   // Float64 buffers on the CPU, then every parameter drawn from a generator
@@ -100,14 +105,13 @@ class ModuleFixture {
   // the model sums their gradients over the group once per step, and so does this.
   void reduce_replicated_grads() {
     for (Parameter& p : store_.params())
-      if (p.replicated_over_tp()) tp_.reduce_replicated_grad(p.grad);
+      if (p.replicated_over_tp()) pc_.tp().reduce_replicated_grad(p.grad);
   }
 
  private:
   Tensor inv_freq(int64_t head_dim) { return inv_freqs_.emplace_back(rope_inv_freq(RopeConfig{}, head_dim)); }
 
-  std::shared_ptr<dist::Communicator> group_;
-  TensorParallel tp_;
+  ParallelContext pc_;
   ParamStore store_;
   std::deque<Tensor> inv_freqs_;
 };

@@ -21,13 +21,13 @@ TEST(SwiGLUMLP, GradientsMatchFiniteDifferences) {
   Tensor x = test::random_tensor(gen, {kTokens, kHidden});
   const std::vector<double> proj = test::random_vector(gen, kTokens * kHidden);
   auto loss = [&] {
-    SwiGLUMLP::Saved s;
-    return test::project(mlp->forward(x, s), proj);
+    std::unique_ptr<BlockState> s;
+    return test::project(mlp->forward(x, SequenceLayout{}, s), proj);
   };
 
-  SwiGLUMLP::Saved s;
-  mlp->forward(x, s);
-  Tensor dx = mlp->backward(Tensor::from_doubles(proj, {kTokens, kHidden}, DType::F64), s);
+  std::unique_ptr<BlockState> s;
+  mlp->forward(x, SequenceLayout{}, s);
+  Tensor dx = mlp->backward(Tensor::from_doubles(proj, {kTokens, kHidden}, DType::F64), SequenceLayout{}, s);
   EXPECT_LT(test::sampled_gradient_error(loss, x, dx.to_doubles(), gen), kTol) << "dx";
   test::expect_parameter_gradients_match(fx, loss, gen, kTol);
 }
@@ -54,8 +54,8 @@ TEST(SwiGLUMLP, ForwardMatchesNaive) {
       for (int64_t o = 0; o < kHidden; ++o) expect[size_t(t * kHidden + o)] += h * wd[size_t(o * kFfn + f)];
     }
   }
-  SwiGLUMLP::Saved s;
-  EXPECT_LT(test::relative_error(mlp->forward(x, s).to_doubles(), expect), 1e-14);
+  std::unique_ptr<BlockState> s;
+  EXPECT_LT(test::relative_error(mlp->forward(x, SequenceLayout{}, s).to_doubles(), expect), 1e-14);
 }
 
 }  // namespace
