@@ -146,6 +146,15 @@ void reduce_cases(std::vector<Case>& cases) {
                          return std::vector<Check>{compare_scalar("sum_squares", cuda::sum_squares(x.gpu),
                                                                   ops::sum_squares(x.cpu), kF32Bound)};
                        }});
+      cases.push_back({"dot", shape, [=](Generator& gen) {
+                         Pair a = random_pair(gen, {n}, dt), b = random_pair(gen, {n}, dt);
+                         Tensor out_gpu = Tensor::zeros({1}, DType::F64, a.gpu.device());
+                         Tensor out_cpu = Tensor::zeros({1}, DType::F64);
+                         cuda::dot(a.gpu, b.gpu, out_gpu);
+                         ops::dot(a.cpu, b.cpu, out_cpu);
+                         return std::vector<Check>{compare_scalar("dot", out_gpu.to_doubles()[0],
+                                                                  out_cpu.to_doubles()[0], kF32Bound)};
+                       }});
       cases.push_back({"count_zeros", shape, [=](Generator& gen) {
                          Pair x = random_pair_with(gen, {n}, dt, [&](std::vector<double>& v) {
                            for (size_t i = 0; i < v.size(); i += 3) v[i] = 0.0;
