@@ -7,6 +7,7 @@
 #include "bumblebee/core/device_memory.h"
 #include "bumblebee/distributed/world.h"
 #include "bumblebee/model/registry.h"
+#include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/ckpt/hf_weights.h"
 #include "bumblebee/primitive/parallel/tensor_parallel.h"
@@ -124,6 +125,7 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.recompute = recompute_from_name(bcfg.recompute);
   ctx.impl_cfg = bcfg.impl_cfg;
   ctx.temperature = bcfg.temperature;
+  ops::set_attention_backend(bcfg.attention_backend);
   ctx.dp_pad = parallel_->dp_size();
   BB_CHECK(bcfg.optimizer.grad_bucket_size > 0, "optimizer.grad_bucket_size must be > 0, got ",
            bcfg.optimizer.grad_bucket_size);
