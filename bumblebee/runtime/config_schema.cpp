@@ -24,13 +24,13 @@ const char* type_with_article(ConfigType t) {
     case ConfigType::Int: return "an integer";
     case ConfigType::Float: return "a number";
     case ConfigType::Bool: return "a boolean (true, false, 1 or 0)";
-    case ConfigType::Json: return "a JSON object";
+    case ConfigType::Json: return "an object (JSON)";
   }
   return "?";
 }
 
 [[noreturn]] void not_of_type(const ConfigKey& k, const std::string& shown_as, const std::string& written) {
-  BB_FAIL(shown_as, ": ", written, " is not ", type_with_article(k.type));
+  BB_FAIL(shown_as, " must be ", type_with_article(k.type), ", got ", written);
 }
 
 void check_int(const ConfigKey& k, int64_t v, const std::string& shown_as, const std::string& written) {
