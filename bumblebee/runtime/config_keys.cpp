@@ -115,7 +115,7 @@ void ConfigSchema::add_runtime_keys() {
           [](RuntimeConfig& c, const json& v) { parallel_of(c).pp_layout = v; }));
 
   const std::string g = "optimizer";
-  add(key("optimizer.optimizer", g, T::String, o.optimizer, "AdamW with decoupled weight decay (adam and adamw are one)",
+  add(key("optimizer.optimizer", g, T::String, o.optimizer, "AdamW with decoupled weight decay; adam and adamw both name it",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).optimizer = v; })
           .one_of({"adam", "adamw"}));
   add(key("optimizer.lr", g, T::Float, o.lr, "peak learning rate",

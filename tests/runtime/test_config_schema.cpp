@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
+#include <iterator>
 
 #include "bumblebee/core/error.h"
 
@@ -262,6 +264,19 @@ TEST(ConfigSchema, HelpListsEveryKeyWithTypeDefaultAndGroup) {
   }
   EXPECT_NE(help.find("backend.parallel.tp                  int    1 "), std::string::npos) << help;
   EXPECT_NE(help.find("(auto | cudnn | flash)"), std::string::npos) << help;
+}
+
+TEST(ConfigSchema, DocsTableMatchesTheSchema) {
+  std::ifstream f(BB_SOURCE_DIR "/docs/runtime.md");
+  const std::string docs((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_NE(docs.find("## Configuration keys"), std::string::npos);
+  const ConfigSchema schema = runtime_schema();
+  for (const ConfigKey& k : schema.keys()) {
+    std::string def = k.default_value.is_string() ? k.default_value.get<std::string>() : k.default_value.dump();
+    if (def.empty()) def = "\"\"";
+    const std::string row = "| `" + k.name + "` | " + config_type_name(k.type) + " | `" + def + "` | ";
+    EXPECT_NE(docs.find(row), std::string::npos) << "docs/runtime.md lacks the row " << row;
+  }
 }
 
 }  // namespace
