@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -103,28 +104,17 @@ ConfigSchema bench_schema() {
   // Random init unless the directory has the weights, so a bare config.json benchmarks too.
   s.override_default("backend.load_hf_weights", [](const RuntimeConfig& c) { return has_weights(c.hf_path); },
                      "true when hf_path holds safetensors");
-  auto add = [&](std::string name, int64_t def, int64_t min, std::string doc) {
-    ConfigKey k;
-    k.name = std::move(name);
-    k.group = "bench";
-    k.type = ConfigType::Int;
-    k.default_value = def;
-    k.doc = std::move(doc);
-    s.add(k.at_least(min));
-  };
-  add("bench.seq_len", 4096, 2, "tokens per sequence");
-  add("bench.num_microbatches", 1, 1, "microbatches per step (gradient accumulation)");
-  add("bench.micro_batch_size", 1, 1, "sequences per microbatch");
-  add("bench.steps", 10, 1, "timed steps");
-  add("bench.warmup", 2, 0, "untimed steps before them");
-  add("bench.truncate_layers", 0, 0, "keep the first L layers of the model (0: all)");
-  add("bench.profile_steps", 0, 0, "steps after the timed ones with op profiling on (0: none)");
-  ConfigKey out;
-  out.name = "output_json";
-  out.group = "bench";
-  out.default_value = "";
-  out.doc = "also write the JSON summary to this file";
-  s.add(out);
+  using T = ConfigType;
+  s.add(ConfigKey{"bench.seq_len", "bench", T::Int, 4096, "tokens per sequence"}.at_least(2));
+  s.add(ConfigKey{"bench.num_microbatches", "bench", T::Int, 1, "microbatches per step (gradient accumulation)"}
+            .in_range(1, std::numeric_limits<int>::max()));
+  s.add(ConfigKey{"bench.micro_batch_size", "bench", T::Int, 1, "sequences per microbatch"}.at_least(1));
+  s.add(ConfigKey{"bench.steps", "bench", T::Int, 10, "timed steps"}.at_least(1));
+  s.add(ConfigKey{"bench.warmup", "bench", T::Int, 2, "untimed steps before them"}.at_least(0));
+  s.add(ConfigKey{"bench.truncate_layers", "bench", T::Int, 0, "keep the first L layers of the model (0: all)"}.at_least(0));
+  s.add(ConfigKey{"bench.profile_steps", "bench", T::Int, 0, "steps after the timed ones with op profiling on (0: none)"}
+            .at_least(0));
+  s.add(ConfigKey{"output_json", "bench", T::String, "", "also write the JSON summary to this file"});
   return s;
 }
 

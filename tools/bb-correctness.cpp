@@ -101,22 +101,15 @@ ConfigSchema correctness_schema() {
       "backend.dtype",
       [](const RuntimeConfig& c) { return Device::parse(c.backend_cfg.device).is_cuda() ? "bfloat16" : "float64"; },
       "float64 on cpu, bfloat16 on cuda");
-  auto add = [&](std::string name, ConfigType type, nlohmann::json def, std::string doc) -> ConfigKey {
-    ConfigKey k;
-    k.name = std::move(name);
-    k.group = "bb-correctness";
-    k.type = type;
-    k.default_value = std::move(def);
-    k.doc = std::move(doc);
-    return k;
-  };
-  s.add(add("tokens", ConfigType::String, "", "JSON file: a list of equal-length token-id lists (required)"));
-  s.add(add("steps", ConfigType::Int, 0, "AdamW steps after the first forward/backward").at_least(0));
-  s.add(add("rows_per_step", ConfigType::Int, 0, "rows of the tokens file each step trains on (0: all)").at_least(0));
-  s.add(add("resume_from", ConfigType::String, "", "load this training checkpoint first (steps continue from it)"));
-  s.add(add("checkpoint_out", ConfigType::String, "", "save a training checkpoint here after the last step"));
-  s.add(add("logits_out", ConfigType::String, "", "write the float32 logits [B, T, V] here, raw little-endian"));
-  s.add(add("params_out", ConfigType::String, "", "save the trained model here as an HF directory"));
+  using T = ConfigType;
+  const std::string g = "bb-correctness";
+  s.add({"tokens", g, T::String, "", "JSON file: a list of equal-length token-id lists (required)"});
+  s.add(ConfigKey{"steps", g, T::Int, 0, "AdamW steps after the first forward/backward"}.at_least(0));
+  s.add(ConfigKey{"rows_per_step", g, T::Int, 0, "rows of the tokens file each step trains on (0: all)"}.at_least(0));
+  s.add({"resume_from", g, T::String, "", "load this training checkpoint first (steps continue from it)"});
+  s.add({"checkpoint_out", g, T::String, "", "save a training checkpoint here after the last step"});
+  s.add({"logits_out", g, T::String, "", "write the float32 logits [B, T, V] here, raw little-endian"});
+  s.add({"params_out", g, T::String, "", "save the trained model here as an HF directory"});
   return s;
 }
 

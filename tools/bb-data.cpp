@@ -64,26 +64,17 @@ class ProgressBar {
 ConfigSchema preprocess_schema() {
   const PreprocessOptions d;
   ConfigSchema s("bb-data preprocess", "bb-data preprocess input=FILE.jsonl tokenizer=tokenizer.json out=PREFIX [key=value ...]");
-  auto add = [&](std::string name, ConfigType type, nlohmann::json def, std::string doc) -> ConfigKey {
-    ConfigKey k;
-    k.name = std::move(name);
-    k.group = "preprocess";
-    k.type = type;
-    k.default_value = std::move(def);
-    k.doc = std::move(doc);
-    return k;
-  };
-  s.add(add("input", ConfigType::String, "", "JSONL corpus (required)"));
-  s.add(add("tokenizer", ConfigType::String, "", "tokenizer.json (required)"));
-  s.add(add("out", ConfigType::String, "", "output prefix: writes PREFIX.bin and PREFIX.idx (required)"));
-  s.add(add("key", ConfigType::String, d.key, "field of each JSONL line holding the document text"));
-  s.add(add("workers", ConfigType::Int, d.workers, "tokenizer threads").at_least(1));
-  s.add(add("append_eod", ConfigType::Bool, d.append_eod, "end every document with eod_token"));
-  s.add(add("eod_token", ConfigType::String, d.eod_token, "the end-of-document token"));
-  s.add(add("add_special_tokens", ConfigType::Bool, d.add_special_tokens,
-            "apply the tokenizer's template (e.g. Llama 3's BOS)"));
-  s.add(add("on_error", ConfigType::String, "fail", "a malformed line: fail, or skip it with a warning")
-            .one_of({"fail", "skip"}));
+  using T = ConfigType;
+  const std::string g = "preprocess";
+  s.add({"input", g, T::String, "", "JSONL corpus (required)"});
+  s.add({"tokenizer", g, T::String, "", "tokenizer.json (required)"});
+  s.add({"out", g, T::String, "", "output prefix: writes PREFIX.bin and PREFIX.idx (required)"});
+  s.add({"key", g, T::String, d.key, "field of each JSONL line holding the document text"});
+  s.add(ConfigKey{"workers", g, T::Int, d.workers, "tokenizer threads"}.at_least(1));
+  s.add({"append_eod", g, T::Bool, d.append_eod, "end every document with eod_token"});
+  s.add({"eod_token", g, T::String, d.eod_token, "the end-of-document token"});
+  s.add({"add_special_tokens", g, T::Bool, d.add_special_tokens, "apply the tokenizer's template (e.g. Llama 3's BOS)"});
+  s.add(ConfigKey{"on_error", g, T::String, "fail", "a malformed line: fail, or skip it with a warning"}.one_of({"fail", "skip"}));
   return s;
 }
 

@@ -13,6 +13,7 @@ using json = nlohmann::json;
 using Set = std::function<void(RuntimeConfig&, const json&)>;
 
 constexpr int64_t kIntMax = std::numeric_limits<int>::max(), kIntMin = std::numeric_limits<int>::min();
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 ConfigKey key(std::string name, std::string group, ConfigType type, json def, std::string doc, Set set) {
   ConfigKey k;
@@ -85,7 +86,7 @@ void ConfigSchema::add_runtime_keys() {
   add(key("backend.router_aux_loss_coef", "backend", T::Float, b.router_aux_loss_coef,
           "used by MoE models: weight of the router load-balancing loss (no MoE model is registered yet)",
           [](RuntimeConfig& c, const json& v) { bb_of(c).router_aux_loss_coef = v; })
-          .in_range(0.0, std::numeric_limits<double>::infinity()));
+          .in_float_range(0.0, kInf));
   add(key("backend.impl_cfg", "backend", T::Json, b.impl_cfg, "model-specific implementation keys, a JSON object",
           [](RuntimeConfig& c, const json& v) { bb_of(c).impl_cfg = v; }));
   add(key("backend.model_overrides", "backend", T::Json, b.model_overrides,
@@ -94,22 +95,22 @@ void ConfigSchema::add_runtime_keys() {
 
   add(int_key("backend.parallel.tp", "backend.parallel", p.tp, "tensor-parallel size (dp = world / (tp * cp * pp))",
               [](RuntimeConfig& c, const json& v) { parallel_of(c).tp = v; })
-          .in_range(1, kIntMax));
+          .at_least(1));
   add(int_key("backend.parallel.etp", "backend.parallel", p.etp, "expert tensor-parallel size (0: same as tp)",
               [](RuntimeConfig& c, const json& v) { parallel_of(c).etp = v; })
-          .in_range(0, kIntMax));
+          .at_least(0));
   add(int_key("backend.parallel.ep", "backend.parallel", p.ep, "expert-parallel size",
               [](RuntimeConfig& c, const json& v) { parallel_of(c).ep = v; })
-          .in_range(1, kIntMax));
+          .at_least(1));
   add(int_key("backend.parallel.pp", "backend.parallel", p.pp, "pipeline-parallel size",
               [](RuntimeConfig& c, const json& v) { parallel_of(c).pp = v; })
-          .in_range(1, kIntMax));
+          .at_least(1));
   add(int_key("backend.parallel.vpp", "backend.parallel", p.vpp, "virtual pipeline chunks per stage",
               [](RuntimeConfig& c, const json& v) { parallel_of(c).vpp = v; })
-          .in_range(1, kIntMax));
+          .at_least(1));
   add(int_key("backend.parallel.cp", "backend.parallel", p.cp, "context-parallel size",
               [](RuntimeConfig& c, const json& v) { parallel_of(c).cp = v; })
-          .in_range(1, kIntMax));
+          .at_least(1));
   add(key("backend.parallel.pp_layout", "backend.parallel", T::String, p.pp_layout,
           "explicit pipeline stage layout, e.g. E|t*5|t*6|t,m,L (empty: balanced)",
           [](RuntimeConfig& c, const json& v) { parallel_of(c).pp_layout = v; }));
@@ -120,16 +121,16 @@ void ConfigSchema::add_runtime_keys() {
           .one_of({"adam", "adamw"}));
   add(key("optimizer.lr", g, T::Float, o.lr, "peak learning rate",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).lr = v; })
-          .in_range(0.0, std::numeric_limits<double>::infinity()));
+          .in_float_range(0.0, kInf));
   add(key("optimizer.min_lr", g, T::Float, o.min_lr, "learning rate at the end of the decay",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).min_lr = v; })
-          .in_range(0.0, std::numeric_limits<double>::infinity()));
+          .in_float_range(0.0, kInf));
   add(key("optimizer.clip_grad", g, T::Float, o.clip_grad, "global gradient-norm clip (0: none)",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).clip_grad = v; })
-          .in_range(0.0, std::numeric_limits<double>::infinity()));
+          .in_float_range(0.0, kInf));
   add(key("optimizer.weight_decay", g, T::Float, o.weight_decay, "decoupled weight decay",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).weight_decay = v; })
-          .in_range(0.0, std::numeric_limits<double>::infinity()));
+          .in_float_range(0.0, kInf));
   add(key("optimizer.no_weight_decay_1d", g, T::Bool, o.no_weight_decay_1d,
           "no weight decay on 1-D parameters (norm weights, biases), as Megatron",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).no_weight_decay_1d = v; }));
@@ -138,7 +139,7 @@ void ConfigSchema::add_runtime_keys() {
           .at_least(0));
   add(key("optimizer.lr_warmup_init", g, T::Float, o.lr_warmup_init, "learning rate at step 0 of the warmup",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).lr_warmup_init = v; })
-          .in_range(0.0, std::numeric_limits<double>::infinity()));
+          .in_float_range(0.0, kInf));
   add(key("optimizer.lr_decay_steps", g, T::Int, o.lr_decay_steps, "step where the decay ends (0: total_training_steps)",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).lr_decay_steps = v; })
           .at_least(0));
@@ -157,17 +158,17 @@ void ConfigSchema::add_runtime_keys() {
           .at_least(0));
   add(key("optimizer.adam_beta1", g, T::Float, o.adam_beta1, "Adam beta1",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).adam_beta1 = v; })
-          .in_range(0.0, 1.0));
+          .in_float_range(0.0, 1.0));
   add(key("optimizer.adam_beta2", g, T::Float, o.adam_beta2, "Adam beta2",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).adam_beta2 = v; })
-          .in_range(0.0, 1.0));
+          .in_float_range(0.0, 1.0));
   add(key("optimizer.adam_eps", g, T::Float, o.adam_eps, "Adam epsilon",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).adam_eps = v; })
           .above(0.0));
   add(key("optimizer.offload_fraction", g, T::Float, o.offload_fraction,
           "optimizer state offloaded to the host (not implemented yet: keep 0)",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).offload_fraction = v; })
-          .in_range(0.0, 1.0));
+          .in_float_range(0.0, 1.0));
   add(key("optimizer.grad_bucket_size", g, T::Int, o.grad_bucket_size,
           "elements per data-parallel gradient bucket (its reduce-scatter overlaps backward)",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).grad_bucket_size = v; })

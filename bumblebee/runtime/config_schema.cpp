@@ -137,7 +137,7 @@ ConfigKey& ConfigKey::at_least(int64_t min) {
   return *this;
 }
 
-ConfigKey& ConfigKey::in_range(double min, double max) {
+ConfigKey& ConfigKey::in_float_range(double min, double max) {
   float_min = min;
   float_max = max;
   return *this;
@@ -242,14 +242,20 @@ const ConfigKey& ConfigSchema::at(const std::string& name) const {
   return *k;
 }
 
+ConfigKey& ConfigSchema::mutable_key(const std::string& name) {
+  for (ConfigKey& k : keys_)
+    if (k.name == name) return k;
+  BB_FAIL("ConfigSchema: no key '", name, "'");
+}
+
 void ConfigSchema::override_default(const std::string& name, json value) {
-  ConfigKey& k = const_cast<ConfigKey&>(at(name));
+  ConfigKey& k = mutable_key(name);
   k.tool_default = check_config_value(k, value, tool_ + "'s default of key '" + name + "'");
 }
 
 void ConfigSchema::override_default(const std::string& name, std::function<json(const RuntimeConfig&)> computed,
                                     std::string doc) {
-  ConfigKey& k = const_cast<ConfigKey&>(at(name));
+  ConfigKey& k = mutable_key(name);
   k.computed_default = std::move(computed);
   k.computed_default_doc = std::move(doc);
 }

@@ -4,7 +4,7 @@
 //
 //   ConfigSchema schema("bb-bench", "bb-bench hf_path=DIR [key=value ...]");
 //   schema.add_runtime_keys();                           // backend, hf_path, backend.*, optimizer.*
-//   schema.add({"bench.steps", "bench", ConfigType::Int, 10, "timed steps"}.at_least(1));
+//   schema.add(ConfigKey{"bench.steps", "bench", ConfigType::Int, 10, "timed steps"}.at_least(1));
 //   schema.override_default("optimizer.lr", 1e-3);       // shown by `help`
 //   if (asks_for_help(argc, argv)) { print(schema.help()); return 0; }
 //   ConfigArgs args = schema.parse(argc, argv);          // args.runtime, args.integer("bench.steps")
@@ -61,7 +61,7 @@ struct ConfigKey {
   ConfigKey& one_of(std::vector<std::string> values);
   ConfigKey& in_range(int64_t min, int64_t max);   // Int
   ConfigKey& at_least(int64_t min);                // Int
-  ConfigKey& in_range(double min, double max);     // Float, inclusive
+  ConfigKey& in_float_range(double min, double max);   // Float, inclusive
   ConfigKey& above(double min);                    // Float, exclusive
   bool overridden() const { return tool_default.has_value() || bool(computed_default); }
 };
@@ -110,6 +110,8 @@ class ConfigSchema {
   std::string help() const;
 
  private:
+  ConfigKey& mutable_key(const std::string& name);
+
   std::string tool_, usage_;
   std::vector<ConfigKey> keys_;
 };

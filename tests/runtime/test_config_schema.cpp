@@ -196,12 +196,7 @@ TEST(ConfigSchema, BareWordsAreErrorsAndHelpIsAsked) {
 
 TEST(ConfigSchema, ToolKeysShareParsingAndErrors) {
   ConfigSchema s = runtime_schema();
-  ConfigKey steps;
-  steps.name = "bench.steps";
-  steps.group = "bench";
-  steps.type = ConfigType::Int;
-  steps.default_value = 10;
-  steps.doc = "timed steps";
+  ConfigKey steps{"bench.steps", "bench", ConfigType::Int, 10, "timed steps"};
   s.add(steps.at_least(1));
   EXPECT_EQ(s.parse({}).integer("bench.steps"), 10);
   EXPECT_EQ(s.parse({"bench.steps=3"}).integer("bench.steps"), 3);
