@@ -13,8 +13,8 @@
 // optimizer.lr, ...). A tool adds its own keys to the same object, so they get
 // the same parsing, errors, suggestions and help. Every value is checked when
 // it is parsed: a malformed or out-of-range value is a bb::Error naming the key
-// and the value as written ("backend.parallel.tp=99999999999: 99999999999 does
-// not fit in an int"); floats must be finite.
+// and the value as written ("key 'backend.parallel.tp': '99999999999' does not
+// fit in a 32-bit integer"); no float key takes a non-finite value.
 #pragma once
 
 #include <cstddef>
