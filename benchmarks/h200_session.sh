@@ -62,7 +62,7 @@ bench_1p7b="hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=4096 be
 parity_model() {
   [ -f /tmp/parity/hf_losses.json ] || timeout 200 $py benchmarks/parity/hf_bf16_reference.py --out /tmp/parity > "$LOGS/parity_hf.log" 2>&1 || tail -5 "$LOGS/parity_hf.log"
 }
-parity_args="hf_path=/tmp/parity/model tokens=/tmp/parity/tokens.json device=cuda steps=50 rows_per_step=8 optimizer.lr=1e-4 optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.adam_eps=1e-8 optimizer.weight_decay=0.1 optimizer.clip_grad=1.0"
+parity_args="hf_path=/tmp/parity/model tokens=/tmp/parity/tokens.json backend.device=cuda steps=50 rows_per_step=8 optimizer.lr=1e-4 optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.adam_eps=1e-8 optimizer.weight_decay=0.1 optimizer.clip_grad=1.0"
 
 for stage in $stages; do
   echo "== $stage"
@@ -76,7 +76,7 @@ for stage in $stages; do
     fixtures)
       for f in qwen3_gqa qwen3_mha_sharded qwen3_tp llama3_gqa llama3_tied_f16; do
         d=tests/fixtures/$f
-        timeout 60 $bin/bb-correctness hf_path=$d tokens=$d/tokens.json device=cuda steps=5 optimizer.lr=0.01 \
+        timeout 60 $bin/bb-correctness hf_path=$d tokens=$d/tokens.json backend.device=cuda steps=5 optimizer.lr=0.01 \
           optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.weight_decay=0.1 > "$LOGS/fix_$f.json" 2> "$LOGS/fix_$f.err"
         python3 - "$d/reference.json" "$LOGS/fix_$f.json" "$f" "$LOGS/fix_$f.err" <<'PY'
 import json, sys
@@ -127,7 +127,7 @@ PY
         bb_bf16_residual="$LOGS/parity_bb_resbf16.json" ;;
     sanitizer)
       d=tests/fixtures/qwen3_gqa
-      run_fixture="$bin/bb-correctness hf_path=$d tokens=$d/tokens.json device=cuda steps=5"
+      run_fixture="$bin/bb-correctness hf_path=$d tokens=$d/tokens.json backend.device=cuda steps=5"
       for be in cudnn flash; do
         BB_ATTENTION_BACKEND=$be timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
           $run_fixture > "$LOGS/memcheck_$be.log" 2>&1

@@ -2,9 +2,10 @@
 //
 //   bb-bench backend=bb hf_path=DIR [backend.model_name=auto] [backend.impl=lite]
 //       [backend.parallel.tp=N ...] [backend.device=cuda] [backend.recompute=none|full]
-//       [bench.seq_len=4096] [bench.num_microbatches=1] [bench.micro_batch_size=1]
-//       [bench.steps=10] [bench.warmup=2] [bench.truncate_layers=L] [bench.profile_steps=0]
-//       [output_json=FILE]
+//       [optimizer.lr=X ...] [bench.seq_len=4096] [bench.num_microbatches=1]
+//       [bench.micro_batch_size=1] [bench.steps=10] [bench.warmup=2] [bench.truncate_layers=L]
+//       [bench.profile_steps=0] [output_json=FILE]
+//   bb-bench help     (every key with its type, default and meaning)
 //
 // Each step is zero_grad -> forward_backward -> optimizer_step ->
 // lr_scheduler_step on random tokens (fixed seed), timed from host to host
@@ -23,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -30,7 +32,7 @@
 #include "bumblebee/core/device_memory.h"
 #include "bumblebee/core/rng.h"
 #include "bumblebee/ops/op_profile.h"
-#include "bumblebee/runtime/cli_args.h"
+#include "bumblebee/runtime/config_schema.h"
 #include "bumblebee/runtime/runtime.h"
 #include "bumblebee/runtime/tool_main.h"
 
@@ -95,43 +97,43 @@ nlohmann::json profile(Step& timed_step, int64_t steps, bool root) {
           {"groups", group_table}, {"ops", table}};
 }
 
+// The runtime's keys and bench.*: every tool parses through one schema.
+ConfigSchema bench_schema() {
+  ConfigSchema s("bb-bench", "bb-bench backend=bb hf_path=DIR [backend.parallel.tp=N ...] [bench.steps=10 ...]");
+  s.add_runtime_keys();
+  // Random init unless the directory has the weights, so a bare config.json benchmarks too.
+  s.override_default("backend.load_hf_weights", [](const RuntimeConfig& c) { return has_weights(c.hf_path); },
+                     "true when hf_path holds safetensors");
+  using T = ConfigType;
+  s.add(ConfigKey{"bench.seq_len", "bench", T::Int, 4096, "tokens per sequence"}.at_least(2));
+  s.add(ConfigKey{"bench.num_microbatches", "bench", T::Int, 1, "microbatches per step (gradient accumulation)"}
+            .in_range(1, std::numeric_limits<int>::max()));
+  s.add(ConfigKey{"bench.micro_batch_size", "bench", T::Int, 1, "sequences per microbatch"}.at_least(1));
+  s.add(ConfigKey{"bench.steps", "bench", T::Int, 10, "timed steps"}.at_least(1));
+  s.add(ConfigKey{"bench.warmup", "bench", T::Int, 2, "untimed steps before them"}.at_least(0));
+  s.add(ConfigKey{"bench.truncate_layers", "bench", T::Int, 0, "keep the first L layers of the model (0: all)"}.at_least(0));
+  s.add(ConfigKey{"bench.profile_steps", "bench", T::Int, 0, "steps after the timed ones with op profiling on (0: none)"}
+            .at_least(0));
+  s.add(ConfigKey{"output_json", "bench", T::String, "", "also write the JSON summary to this file"});
+  return s;
+}
+
 int run(int argc, char** argv) {
-  const std::vector<std::string> keys = {
-      "backend", "hf_path", "output_json", "backend.model_name", "backend.impl", "backend.parallel.tp",
-      "backend.parallel.etp", "backend.parallel.ep", "backend.parallel.pp", "backend.parallel.vpp",
-      "backend.parallel.cp", "backend.device", "backend.dtype", "backend.recompute", "backend.fp32_residual_connection", "backend.load_hf_weights",
-      "backend.seed", "bench.seq_len", "bench.num_microbatches", "bench.micro_batch_size", "bench.steps",
-      "bench.warmup", "bench.truncate_layers", "bench.profile_steps", "optimizer.lr"};
-  KeyValueArgs args = KeyValueArgs::parse(argc, argv, keys);
+  const ConfigSchema schema = bench_schema();
+  if (asks_for_help(argc, argv)) {
+    std::fputs(schema.help().c_str(), stdout);
+    return 0;
+  }
+  const ConfigArgs args = schema.parse(argc, argv);
   BB_CHECK(args.has("hf_path"), "hf_path=DIR is required (a directory with config.json)");
-  RuntimeConfig cfg;
-  cfg.backend = args.get("backend", "bb");
-  cfg.hf_path = args.get("hf_path", "");
+  RuntimeConfig cfg = args.runtime;
   BBConfig& b = cfg.backend_cfg;
-  b.model_name = args.get("backend.model_name", "auto");
-  b.impl = args.get("backend.impl", "lite");
-  b.parallel.tp = int(args.get_int("backend.parallel.tp", 1));
-  b.parallel.etp = int(args.get_int("backend.parallel.etp", 0));
-  b.parallel.ep = int(args.get_int("backend.parallel.ep", 1));
-  b.parallel.pp = int(args.get_int("backend.parallel.pp", 1));
-  b.parallel.vpp = int(args.get_int("backend.parallel.vpp", 1));
-  b.parallel.cp = int(args.get_int("backend.parallel.cp", 1));
-  b.device = args.get("backend.device", "cpu");
-  b.dtype = args.get("backend.dtype", "auto");
-  b.recompute = args.get("backend.recompute", "none");
-  b.fp32_residual_connection = args.get_bool("backend.fp32_residual_connection", false);
-  b.seed = uint64_t(args.get_int("backend.seed", 1234));
-  b.load_hf_weights = args.get_bool("backend.load_hf_weights", has_weights(cfg.hf_path));
-  b.optimizer.lr = args.get_double("optimizer.lr", 1e-4);
-  if (args.has("bench.truncate_layers")) b.model_overrides["num_layers"] = args.get_int("bench.truncate_layers", 0);
-  const int64_t seq_len = args.get_int("bench.seq_len", 4096);
-  const int num_mb = int(args.get_int("bench.num_microbatches", 1));
-  const int64_t mbs = args.get_int("bench.micro_batch_size", 1);
-  const int64_t steps = args.get_int("bench.steps", 10), warmup = args.get_int("bench.warmup", 2);
-  const int64_t profile_steps = args.get_int("bench.profile_steps", 0);
-  BB_CHECK(seq_len > 1 && num_mb >= 1 && mbs >= 1 && steps >= 1 && warmup >= 0 && profile_steps >= 0,
-           "bench.seq_len > 1, bench.num_microbatches >= 1, bench.micro_batch_size >= 1, bench.steps >= 1, "
-           "bench.warmup >= 0 and bench.profile_steps >= 0 are required");
+  if (args.integer("bench.truncate_layers") > 0) b.model_overrides["num_layers"] = args.integer("bench.truncate_layers");
+  const int64_t seq_len = args.integer("bench.seq_len");
+  const int num_mb = int(args.integer("bench.num_microbatches"));
+  const int64_t mbs = args.integer("bench.micro_batch_size");
+  const int64_t steps = args.integer("bench.steps"), warmup = args.integer("bench.warmup");
+  const int64_t profile_steps = args.integer("bench.profile_steps");
 
   auto rt = create_runtime(cfg);
   ModelHandle h = rt->build_model();
@@ -193,10 +195,10 @@ int run(int argc, char** argv) {
   if (profile_steps > 0) summary["profile"] = profile(timed_step, profile_steps, root);
   if (root) {
     std::cout << summary.dump() << std::endl;
-    if (args.has("output_json")) {
-      std::ofstream f(args.get("output_json", ""));
+    if (!args.str("output_json").empty()) {
+      std::ofstream f(args.str("output_json"));
       f << summary.dump(2) << "\n";
-      BB_CHECK(f.good(), "cannot write ", args.get("output_json", ""));
+      BB_CHECK(f.good(), "cannot write ", args.str("output_json"));
     }
   }
   return 0;

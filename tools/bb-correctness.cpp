@@ -1,8 +1,14 @@
 // bb-correctness: the numbers a model must reproduce against HF transformers.
 //
-//   bb-correctness hf_path=DIR tokens=FILE.json [dtype=float64|float32|bfloat16]
+//   bb-correctness hf_path=DIR tokens=FILE.json [backend.dtype=float64|float32|bfloat16]
 //       [steps=N] [optimizer.lr=X ...] [logits_out=FILE] [params_out=DIR]
-//       [backend=bb|ref] [device=cpu|cuda] [backend.parallel.tp=N] [rows_per_step=R]
+//       [backend=bb|ref] [backend.device=cpu|cuda] [backend.parallel.tp=N] [rows_per_step=R]
+//   bb-correctness help     (every key with its type, default and meaning)
+//
+// The runtime keys are every tool's (docs/runtime.md); this tool's defaults
+// are torch.optim.AdamW's: optimizer.lr=1e-3, optimizer.clip_grad=0, weight
+// decay on every parameter (optimizer.no_weight_decay_1d=false), and float64
+// on the CPU.
 //
 // FILE.json is a list of equal-length token-id lists (B sequences of T). Prints
 // one JSON object: loss (mean next-token cross entropy over B*(T-1)
@@ -15,6 +21,7 @@
 // resume_from=DIR loads a training checkpoint first (steps continue from it);
 // checkpoint_out=DIR saves one after the last step.
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 
@@ -22,7 +29,7 @@
 
 #include "bumblebee/distributed/world.h"
 #include "bumblebee/ops/ops.h"
-#include "bumblebee/runtime/cli_args.h"
+#include "bumblebee/runtime/config_schema.h"
 #include "bumblebee/runtime/runtime.h"
 #include "bumblebee/runtime/tool_main.h"
 
@@ -82,40 +89,47 @@ nlohmann::json per_param_grad_norms(Runtime& rt, ModelHandle& h, double& total_s
   return out;
 }
 
+// The runtime's keys with torch.optim.AdamW's defaults (the HF reference
+// trains with it), and the tool's own keys.
+ConfigSchema correctness_schema() {
+  ConfigSchema s("bb-correctness", "bb-correctness hf_path=DIR tokens=FILE.json [steps=N] [key=value ...]");
+  s.add_runtime_keys();
+  s.override_default("optimizer.lr", 1e-3);
+  s.override_default("optimizer.clip_grad", 0.0);
+  s.override_default("optimizer.no_weight_decay_1d", false);
+  s.override_default(
+      "backend.dtype",
+      [](const RuntimeConfig& c) { return Device::parse(c.backend_cfg.device).is_cuda() ? "bfloat16" : "float64"; },
+      "float64 on cpu, bfloat16 on cuda");
+  using T = ConfigType;
+  const std::string g = "bb-correctness";
+  s.add({"tokens", g, T::String, "", "JSON file: a list of equal-length token-id lists (required)"});
+  s.add(ConfigKey{"steps", g, T::Int, 0, "AdamW steps after the first forward/backward"}.at_least(0));
+  s.add(ConfigKey{"rows_per_step", g, T::Int, 0, "rows of the tokens file each step trains on (0: all)"}.at_least(0));
+  s.add({"resume_from", g, T::String, "", "load this training checkpoint first (steps continue from it)"});
+  s.add({"checkpoint_out", g, T::String, "", "save a training checkpoint here after the last step"});
+  s.add({"logits_out", g, T::String, "", "write the float32 logits [B, T, V] here, raw little-endian"});
+  s.add({"params_out", g, T::String, "", "save the trained model here as an HF directory"});
+  return s;
+}
+
 int run(int argc, char** argv) {
-  const std::vector<std::string> keys = {
-      "hf_path", "tokens", "dtype", "steps", "rows_per_step", "resume_from", "checkpoint_out", "logits_out", "params_out", "backend", "device",
-      "backend.parallel.tp", "backend.fp32_residual_connection", "optimizer.lr", "optimizer.adam_beta1", "optimizer.adam_beta2",
-      "optimizer.adam_eps", "optimizer.weight_decay", "optimizer.clip_grad", "optimizer.grad_bucket_size"};
-  KeyValueArgs args = KeyValueArgs::parse(argc, argv, keys);
+  const ConfigSchema schema = correctness_schema();
+  if (asks_for_help(argc, argv)) {
+    std::fputs(schema.help().c_str(), stdout);
+    return 0;
+  }
+  const ConfigArgs args = schema.parse(argc, argv);
   BB_CHECK(args.has("hf_path"), "hf_path=DIR is required");
   BB_CHECK(args.has("tokens"), "tokens=FILE.json is required");
-  const auto seqs = read_tokens(args.get("tokens", ""));
-
-  RuntimeConfig cfg;
-  cfg.backend = args.get("backend", "bb");
-  cfg.hf_path = args.get("hf_path", "");
-  BBConfig& b = cfg.backend_cfg;
-  b.device = args.get("device", "cpu");
-  b.dtype = args.get("dtype", Device::parse(b.device).is_cuda() ? "bfloat16" : "float64");
-  b.parallel.tp = int(args.get_int("backend.parallel.tp", 1));
-  b.fp32_residual_connection = args.get_bool("backend.fp32_residual_connection", false);
-  OptimizerConfig& o = b.optimizer;
-  o.lr = args.get_double("optimizer.lr", 1e-3);
-  o.adam_beta1 = args.get_double("optimizer.adam_beta1", 0.9);
-  o.adam_beta2 = args.get_double("optimizer.adam_beta2", 0.999);
-  o.adam_eps = args.get_double("optimizer.adam_eps", 1e-8);
-  o.weight_decay = args.get_double("optimizer.weight_decay", 0.01);
-  o.no_weight_decay_1d = false;   // torch.optim.AdamW semantics
-  o.clip_grad = args.get_double("optimizer.clip_grad", 0.0);
-  o.grad_bucket_size = args.get_int("optimizer.grad_bucket_size", o.grad_bucket_size);
-  const int64_t steps = args.get_int("steps", 0);
-  BB_CHECK(steps >= 0, "steps must be >= 0, got ", steps);
+  const auto seqs = read_tokens(args.str("tokens"));
+  const RuntimeConfig& cfg = args.runtime;
+  const int64_t steps = args.integer("steps");
 
   auto rt = create_runtime(cfg);
   ModelHandle h = rt->build_model();
   const size_t dp = size_t(h.dp_size()), r = size_t(h.dp_rank());
-  const size_t rows = size_t(args.get_int("rows_per_step", int64_t(seqs.size())));
+  const size_t rows = args.integer("rows_per_step") > 0 ? size_t(args.integer("rows_per_step")) : seqs.size();
   BB_CHECK(rows >= 1 && rows <= seqs.size() && seqs.size() % rows == 0, "rows_per_step ", rows,
            " must divide the ", seqs.size(), " sequences of the tokens file");
   BB_CHECK(rows >= dp, "rows_per_step ", rows, " is smaller than dp size ", dp);
@@ -125,14 +139,14 @@ int run(int argc, char** argv) {
     return pack(seqs, base + r * rows / dp, (r + 1) * rows / dp - r * rows / dp);
   };
   const bool root = rt->parallel_state().world_rank() == 0;
-  const int64_t first_step = args.has("resume_from") ? rt->load_checkpoint(h, args.get("resume_from", "")) : 0;
+  const int64_t first_step = args.has("resume_from") ? rt->load_checkpoint(h, args.str("resume_from")) : 0;
 
   nlohmann::json out;
   if (args.has("logits_out")) {
     // Every rank computes the logits of the whole batch (the tp group needs all ranks).
     Tensor logits = rt->logits(h, pack(seqs, 0, seqs.size()));
     if (root) {
-      const std::string path = args.get("logits_out", "");
+      const std::string path = args.str("logits_out");
       std::vector<float> f;
       for (double v : logits.to_doubles()) f.push_back(float(v));
       std::ofstream lf(path, std::ios::binary);
@@ -160,8 +174,8 @@ int run(int argc, char** argv) {
   }
   out["losses"] = losses;
   out["grad_norms"] = grad_norms;
-  if (args.has("checkpoint_out")) rt->save_checkpoint(h, args.get("checkpoint_out", ""));
-  if (args.has("params_out")) rt->save_hf_checkpoint(h, args.get("params_out", ""));
+  if (args.has("checkpoint_out")) rt->save_checkpoint(h, args.str("checkpoint_out"));
+  if (args.has("params_out")) rt->save_hf_checkpoint(h, args.str("params_out"));
   if (root) std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return 0;
 }

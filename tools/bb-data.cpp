@@ -15,7 +15,7 @@
 #include "bumblebee/core/error.h"
 #include "bumblebee/data/indexed_dataset.h"
 #include "bumblebee/data/preprocess.h"
-#include "bumblebee/runtime/cli_args.h"
+#include "bumblebee/runtime/config_schema.h"
 #include "bumblebee/runtime/tool_main.h"
 
 using namespace bb;
@@ -26,7 +26,8 @@ const char* kUsage =
     "usage: bb-data preprocess input=FILE.jsonl tokenizer=tokenizer.json out=PREFIX [key=text] [workers=N]\n"
     "                          [append_eod=true] [eod_token=<|endoftext|>] [add_special_tokens=true]\n"
     "                          [on_error=fail|skip]\n"
-    "       bb-data inspect PREFIX\n";
+    "       bb-data inspect PREFIX\n"
+    "       bb-data help    (preprocess's keys with their types, defaults and meaning)\n";
 
 // Redraws one status line on stderr at most ten times a second; finish() draws the final state.
 class ProgressBar {
@@ -59,27 +60,45 @@ class ProgressBar {
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
+// preprocess's keys, through the schema every tool parses with.
+ConfigSchema preprocess_schema() {
+  const PreprocessOptions d;
+  ConfigSchema s("bb-data preprocess", "bb-data preprocess input=FILE.jsonl tokenizer=tokenizer.json out=PREFIX [key=value ...]");
+  using T = ConfigType;
+  const std::string g = "preprocess";
+  s.add({"input", g, T::String, "", "JSONL corpus (required)"});
+  s.add({"tokenizer", g, T::String, "", "tokenizer.json (required)"});
+  s.add({"out", g, T::String, "", "output prefix: writes PREFIX.bin and PREFIX.idx (required)"});
+  s.add({"key", g, T::String, d.key, "field of each JSONL line holding the document text"});
+  s.add(ConfigKey{"workers", g, T::Int, d.workers, "tokenizer threads"}.at_least(1));
+  s.add({"append_eod", g, T::Bool, d.append_eod, "end every document with eod_token"});
+  s.add({"eod_token", g, T::String, d.eod_token, "the end-of-document token"});
+  s.add({"add_special_tokens", g, T::Bool, d.add_special_tokens, "apply the tokenizer's template (e.g. Llama 3's BOS)"});
+  s.add(ConfigKey{"on_error", g, T::String, "fail", "a malformed line: fail, or skip it with a warning"}.one_of({"fail", "skip"}));
+  return s;
+}
+
 int preprocess(int argc, char** argv) {
-  const auto args = KeyValueArgs::parse(
-      argc, argv,
-      {"input", "tokenizer", "out", "key", "workers", "append_eod", "eod_token", "add_special_tokens", "on_error"}, 2);
-  BB_CHECK(args.positional().empty(), "unexpected argument '", args.positional().front(), "' (arguments are key=value)");
+  const ConfigSchema schema = preprocess_schema();
+  if (asks_for_help(argc, argv, 2)) {
+    std::fputs(schema.help().c_str(), stdout);
+    return 0;
+  }
+  const ConfigArgs args = schema.parse(argc, argv, 2);
   for (const char* required : {"input", "tokenizer", "out"})
     BB_CHECK(args.has(required), "preprocess needs input=FILE.jsonl tokenizer=tokenizer.json out=PREFIX; ",
              required, "= is missing");
   PreprocessOptions opt;
-  opt.input = args.get("input", "");
-  opt.output_prefix = args.get("out", "");
-  opt.key = args.get("key", opt.key);
-  opt.workers = args.get_int("workers", opt.workers);
-  opt.append_eod = args.get_bool("append_eod", opt.append_eod);
-  opt.eod_token = args.get("eod_token", opt.eod_token);
-  opt.add_special_tokens = args.get_bool("add_special_tokens", opt.add_special_tokens);
-  const std::string on_error = args.get("on_error", "fail");
-  BB_CHECK(on_error == "fail" || on_error == "skip", "on_error must be fail or skip, got '", on_error, "'");
-  opt.skip_malformed = on_error == "skip";
+  opt.input = args.str("input");
+  opt.output_prefix = args.str("out");
+  opt.key = args.str("key");
+  opt.workers = args.integer("workers");
+  opt.append_eod = args.flag("append_eod");
+  opt.eod_token = args.str("eod_token");
+  opt.add_special_tokens = args.flag("add_special_tokens");
+  opt.skip_malformed = args.str("on_error") == "skip";
 
-  const Tokenizer tokenizer = Tokenizer::from_file(args.get("tokenizer", ""));
+  const Tokenizer tokenizer = Tokenizer::from_file(args.str("tokenizer"));
   ProgressBar bar;
   const PreprocessStats s = preprocess_jsonl(
       tokenizer, opt, [&](const PreprocessProgress& p) { bar.update(p); },
@@ -97,10 +116,8 @@ int preprocess(int argc, char** argv) {
 }
 
 int inspect(int argc, char** argv) {
-  const auto args = KeyValueArgs::parse(argc, argv, {}, 2);
-  BB_CHECK(args.positional().size() == 1, "inspect takes one PREFIX (of PREFIX.bin / PREFIX.idx), got ",
-           args.positional().size(), " arguments");
-  const IndexedDataset ds(args.positional().front());
+  BB_CHECK(argc == 3, "inspect takes one PREFIX (of PREFIX.bin / PREFIX.idx), got ", argc - 2, " arguments");
+  const IndexedDataset ds(argv[2]);
   const nlohmann::json out = {
       {"dtype", indexed_dtype_name(ds.dtype())},
       {"sequence_count", ds.sequence_count()},
@@ -115,6 +132,11 @@ int run(int argc, char** argv) {
   const std::string command = argc >= 2 ? argv[1] : "";
   if (command == "preprocess") return preprocess(argc, argv);
   if (command == "inspect") return inspect(argc, argv);
+  if (command == "help" || command == "--help" || command == "-h") {
+    std::fputs(kUsage, stdout);
+    std::fputs(("\n" + preprocess_schema().help()).c_str(), stdout);
+    return 0;
+  }
   std::fputs(kUsage, stderr);
   BB_FAIL(command.empty() ? "no command given" : "unknown command '" + command + "'");
 }

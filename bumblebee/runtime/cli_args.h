@@ -1,43 +1,32 @@
-// KeyValueArgs: the key=value command lines of our tools
-// (`bb-bench backend=bb hf_path=DIR backend.parallel.tp=4 bench.steps=10`).
+// The key=value words of our tools' command lines
+// (`bb-bench backend=bb hf_path=DIR backend.parallel.tp=4 bench.steps=10`),
+// split and checked against the keys a tool knows. ConfigSchema types and
+// applies them; this file only finds the keys.
 //
-// Each tool lists the keys it understands; anything else is a bb::Error that
-// names the key and the nearest known one, so a typo never silently falls
-// back to a default. Arguments without '=' are kept as positional.
+// A word without '=', an empty key, an unknown key and a key given twice are
+// bb::Errors; an unknown key's error names the nearest known one, so a typo
+// never silently falls back to a default.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "bumblebee/core/edit_distance.h"
-
 namespace bb {
 
-class KeyValueArgs {
- public:
-  // Parses argv[first..argc). The value is everything after the first '=' and may be
-  // empty or contain '='. Errors: an empty key, a key not in `known_keys`, a key given twice.
-  static KeyValueArgs parse(int argc, char** argv, const std::vector<std::string>& known_keys, size_t first = 1);
-
-  // Asking for a key the tool did not declare is a bug in the tool and throws.
-  bool has(const std::string& key) const;
-  std::string get(const std::string& key, const std::string& default_value) const;
-  int64_t get_int(const std::string& key, int64_t default_value) const;
-  double get_double(const std::string& key, double default_value) const;
-  bool get_bool(const std::string& key, bool default_value) const;  // true/false/1/0
-  const std::vector<std::string>& positional() const { return positional_; }
-  const std::map<std::string, std::string>& values() const { return values_; }  // the given key=value pairs
-
- private:
-  const std::string* find(const std::string& key) const;
-
-  std::set<std::string> known_;
-  std::map<std::string, std::string> values_;
-  std::vector<std::string> positional_;
+struct KeyValue {
+  std::string key;
+  std::string value;   // everything after the first '=': may be empty or contain '='
 };
+
+// The words in command-line order. `tool` names the program in the hint of a
+// word that is not key=value ("TOOL help lists the keys").
+std::vector<KeyValue> parse_key_values(const std::vector<std::string>& words, const std::set<std::string>& known_keys,
+                                       const std::string& tool);
+
+// The known key the user most likely meant: one whose last dotted parts equal
+// `key` ("tp" -> "backend.parallel.tp"), else the nearest by edit distance when
+// it is close enough to be a typo. Empty when nothing fits.
+std::string suggest_key(const std::string& key, const std::set<std::string>& known_keys);
 
 }  // namespace bb

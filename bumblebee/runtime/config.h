@@ -55,9 +55,10 @@ struct BBConfig {
   std::string attention_backend = "auto";
   double router_aux_loss_coef = 0.0;
   bool load_hf_weights = true;        // false: random init from config.json alone
-  // Parameters to freeze (no gradient, no optimizer state): regular
-  // expressions matched against whole HF names, e.g. "model\\.embed_tokens\\..*".
-  std::vector<std::string> frozen_params;
+  // Parameters to freeze (no gradient, no optimizer state): a regular
+  // expression matched against whole HF names, e.g. "model\\.embed_tokens\\..*"
+  // (several: a|b); empty freezes nothing.
+  std::string frozen_params;
   nlohmann::json impl_cfg = nlohmann::json::object();     // model-specific keys
   nlohmann::json model_overrides = nlohmann::json::object();  // e.g. {"num_layers": 2}
   std::string device = "cpu";          // cpu | cuda | cuda:N (under MPI: cuda:local_rank)

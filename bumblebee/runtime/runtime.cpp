@@ -7,6 +7,7 @@
 #include "bumblebee/core/device_memory.h"
 #include "bumblebee/distributed/world.h"
 #include "bumblebee/model/registry.h"
+#include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/modules/rmsnorm.h"
 #include "bumblebee/primitive/optim/param_groups.h"
@@ -125,9 +126,10 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.recompute = recompute_from_name(bcfg.recompute);
   ctx.impl_cfg = bcfg.impl_cfg;
   ctx.temperature = bcfg.temperature;
+  ops::set_attention_backend(bcfg.attention_backend);
   ParamGroupOptions groups;
   groups.no_weight_decay_1d = bcfg.optimizer.no_weight_decay_1d;
-  groups.frozen = bcfg.frozen_params;
+  if (!bcfg.frozen_params.empty()) groups.frozen = {bcfg.frozen_params};
   ctx.param_groups = make_param_groups(*parallel_, groups);
   BB_CHECK(bcfg.optimizer.grad_bucket_size > 0, "optimizer.grad_bucket_size must be > 0, got ",
            bcfg.optimizer.grad_bucket_size);

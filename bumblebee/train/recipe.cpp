@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/runtime/cli_args.h"
+#include "bumblebee/core/edit_distance.h"
+#include "bumblebee/runtime/config_schema.h"
 
 namespace bb::train {
 
@@ -18,14 +20,54 @@ namespace {
 using json = nlohmann::json;
 using T = RecipeKeyType;
 
+// The recipe's spelling of a runtime key: the model's keys under "model", the
+// parallel sizes under "parallel", the seed under "train"; the rest as they are.
+std::string recipe_name(const std::string& schema_name) {
+  static const std::map<std::string, std::string> renamed = {
+      {"backend", "backend.backend"},
+      {"hf_path", "model.hf_path"},
+      {"backend.model_name", "model.model_name"},
+      {"backend.load_hf_weights", "model.load_hf_weights"},
+      {"backend.model_overrides", "model.overrides"},
+      {"backend.seed", "train.seed"}};
+  if (auto it = renamed.find(schema_name); it != renamed.end()) return it->second;
+  const std::string parallel = "backend.parallel.";
+  if (schema_name.starts_with(parallel)) return "parallel." + schema_name.substr(parallel.size());
+  return schema_name;
+}
+
+RecipeKeyType recipe_type(ConfigType t) {
+  switch (t) {
+    case ConfigType::String: return T::String;
+    case ConfigType::Int: return T::Int;
+    case ConfigType::Float: return T::Float;
+    case ConfigType::Bool: return T::Bool;
+    case ConfigType::Json: return T::Object;
+  }
+  BB_FAIL("recipe: unhandled config key type");
+}
+
+const ConfigSchema& runtime_schema() {
+  static const ConfigSchema schema = [] {
+    ConfigSchema s("bb-train", "bb-train recipe=FILE.json [section.key=value ...]");
+    s.add_runtime_keys();
+    return s;
+  }();
+  return schema;
+}
+
+std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+// The recipe's own keys, then the runtime's from the schema, in the order of recipe.h's layout.
 std::vector<RecipeKey> build_keys() {
-  const OptimizerConfig o;
-  return {
+  const std::vector<RecipeKey> runtime = [] {
+    std::vector<RecipeKey> keys;
+    for (const ConfigKey& k : runtime_schema().keys())
+      keys.push_back({recipe_name(k.name), recipe_type(k.type), k.default_value, config_key_doc(k), &k});
+    return keys;
+  }();
+  const std::vector<RecipeKey> own = {
       {"description", T::String, "", "free text saying what the recipe is for (not used by the run)"},
-      {"model.hf_path", T::String, "", "HF model directory: config.json, plus safetensors when loading weights"},
-      {"model.model_name", T::String, "auto", "registered model name, or auto (config.json's model_type)"},
-      {"model.load_hf_weights", T::Bool, true, "load the safetensors of model.hf_path; false: random init"},
-      {"model.overrides", T::Object, json::object(), "model config overrides, e.g. {\"num_layers\": 2}"},
       {"data.kind", T::String, "pretrain", "pretrain (fixed-length samples across documents) or sft (conversations)"},
       {"data.tokenizer", T::String, "", "tokenizer.json; empty: model.hf_path/tokenizer.json"},
       {"data.jsonl", T::String, "", "JSONL corpus, tokenised into OUT/data/ at start"},
@@ -43,37 +85,19 @@ std::vector<RecipeKey> build_keys() {
       {"train.eval_interval", T::Int, 100, "validate every N steps (0: only after the last step)"},
       {"train.eval_batches", T::Int, 4, "global batches of held-out data per validation (0: no validation)"},
       {"train.log_interval", T::Int, 1, "print a step line every N steps"},
-      {"train.seed", T::Int, 1234, "seed of the random init and of the data shuffles"},
       {"train.resume", T::Bool, false, "continue from the training checkpoint OUT/checkpoint when it exists"},
-      {"optimizer.optimizer", T::String, o.optimizer, "adam (AdamW with decoupled weight decay)"},
-      {"optimizer.lr", T::Float, o.lr, "peak learning rate"},
-      {"optimizer.min_lr", T::Float, o.min_lr, "learning rate at the end of the decay"},
-      {"optimizer.clip_grad", T::Float, o.clip_grad, "global gradient-norm clip (0: none)"},
-      {"optimizer.weight_decay", T::Float, o.weight_decay, "decoupled weight decay"},
-      {"optimizer.lr_warmup_steps", T::Int, o.lr_warmup_steps, "linear warmup steps"},
-      {"optimizer.lr_warmup_init", T::Float, o.lr_warmup_init, "learning rate at step 0 of the warmup"},
-      {"optimizer.lr_decay_steps", T::Int, o.lr_decay_steps, "step where the decay ends (0: total_training_steps)"},
-      {"optimizer.lr_decay_style", T::String, o.lr_decay_style, "constant | linear | cosine | WSD"},
-      {"optimizer.lr_wsd_decay_style", T::String, o.lr_wsd_decay_style, "WSD tail: linear | cosine | exponential"},
-      {"optimizer.lr_wsd_decay_steps", T::Int, o.lr_wsd_decay_steps, "length of the WSD tail"},
-      {"optimizer.total_training_steps", T::Int, o.total_training_steps, "decay horizon (0: train.steps)"},
-      {"optimizer.adam_beta1", T::Float, o.adam_beta1, "Adam beta1"},
-      {"optimizer.adam_beta2", T::Float, o.adam_beta2, "Adam beta2"},
-      {"optimizer.adam_eps", T::Float, o.adam_eps, "Adam epsilon"},
-      {"optimizer.offload_fraction", T::Float, o.offload_fraction,
-       "optimizer state offloaded to the host (not implemented yet: keep 0)"},
-      {"parallel.tp", T::Int, 1, "tensor-parallel size (ranks launched by mpirun / bbrun; dp = world / tp)"},
-      {"backend.backend", T::String, "bb", "bb (optimised, parallel) or ref (single-device baseline)"},
-      {"backend.device", T::String, "cpu", "cpu | cuda | cuda:N"},
-      {"backend.dtype", T::String, "auto", "auto (cpu: float32, cuda: bfloat16) | float64 | float32 | bfloat16"},
-      {"backend.recompute", T::String, "none", "activation recompute: none | selective | full"},
-      {"backend.fp32_residual_connection", T::Bool, false,
-       "keep the residual stream in float32 under bfloat16 activations"},
       {"output.dir", T::String, "runs/train", "run directory: logs, event files, loss.svg, checkpoint"},
       {"output.save_hf", T::Bool, false, "write the trained model as an HF directory OUT/hf at the end"},
       {"output.save_interval", T::Int, 0,
        "write a training checkpoint (model, optimizer, steps) to OUT/checkpoint every N steps and at the end (0: none)"},
   };
+  std::vector<RecipeKey> out;
+  for (const char* section : {"description", "model", "data", "train", "optimizer", "parallel", "backend", "output"})
+    for (const std::vector<RecipeKey>* keys : {&own, &runtime})
+      for (const RecipeKey& k : *keys)
+        if (section_of(k.key) == section) out.push_back(k);
+  BB_CHECK(out.size() == own.size() + runtime.size(), "recipe: a key outside the recipe's sections");
+  return out;
 }
 
 const char* type_name(RecipeKeyType t) {
@@ -146,6 +170,7 @@ json::json_pointer pointer_of(const std::string& key) {
 
 // `v` checked against the key's type, integers written as integers.
 json checked_value(const RecipeKey& k, const json& v, const std::string& source) {
+  if (k.runtime_key) return check_config_value(*k.runtime_key, v, source + ": recipe key '" + k.key + "'");
   auto wrong = [&]() { wrong_type(k, v, source); };
   switch (k.type) {
     case T::String:
@@ -237,6 +262,7 @@ std::vector<std::string> split_commas(const std::string& text) {
 }
 
 json parse_override(const RecipeKey& k, const std::string& text) {
+  if (k.runtime_key) return parse_config_value(*k.runtime_key, text, "command line: recipe key '" + k.key + "'");
   switch (k.type) {
     case T::String:
       return text;
@@ -326,24 +352,13 @@ Recipe recipe_from_json(const json& resolved) {
   out.json = resolved;
 
   RuntimeConfig& rc = out.runtime;
-  rc.backend = r.str("backend.backend");
-  rc.hf_path = r.str("model.hf_path");
+  for (const RecipeKey& k : recipe_keys())
+    if (k.runtime_key) k.runtime_key->set(rc, check_config_value(*k.runtime_key, r.raw(k.key), "recipe key '" + k.key + "'"));
   BB_CHECK(!rc.hf_path.empty(),
            "recipe key model.hf_path is empty: give the HF model directory (config.json), e.g. model.hf_path=DIR");
   BB_CHECK(std::filesystem::exists(rc.hf_path + "/config.json"), "model.hf_path ", rc.hf_path,
            " holds no config.json (relative paths start at the working directory ",
            std::filesystem::current_path().string(), ")");
-  BBConfig& b = rc.backend_cfg;
-  b.model_name = r.str("model.model_name");
-  b.load_hf_weights = r.flag("model.load_hf_weights");
-  b.model_overrides = r.raw("model.overrides");
-  b.parallel.tp = int(r.integer("parallel.tp"));
-  BB_CHECK(b.parallel.tp >= 1, "recipe key parallel.tp must be >= 1, got ", b.parallel.tp);
-  b.device = r.str("backend.device");
-  b.dtype = r.str("backend.dtype");
-  b.recompute = r.str("backend.recompute");
-  check_choice("backend.recompute", b.recompute, {"none", "selective", "full"});
-  b.fp32_residual_connection = r.flag("backend.fp32_residual_connection");
 
   TrainRecipe& t = out.train;
   t.steps = r.integer("train.steps");
@@ -352,37 +367,17 @@ Recipe recipe_from_json(const json& resolved) {
   t.eval_interval = r.integer("train.eval_interval");
   t.eval_batches = r.integer("train.eval_batches");
   t.log_interval = r.integer("train.log_interval");
-  t.seed = uint64_t(r.integer("train.seed"));
+  t.seed = rc.backend_cfg.seed;
   t.resume = r.flag("train.resume");
   for (const char* key : {"train.steps", "train.micro_batch_size", "train.num_microbatches", "train.log_interval"})
     BB_CHECK(r.integer(key) >= 1, "recipe key ", key, " must be >= 1, got ", r.integer(key));
-  for (const char* key : {"train.eval_interval", "train.eval_batches", "train.seed"})
+  for (const char* key : {"train.eval_interval", "train.eval_batches"})
     BB_CHECK(r.integer(key) >= 0, "recipe key ", key, " must be >= 0, got ", r.integer(key));
-  b.seed = t.seed;
 
-  OptimizerConfig& o = b.optimizer;
-  o.optimizer = r.str("optimizer.optimizer");
-  o.lr = r.number("optimizer.lr");
-  o.min_lr = r.number("optimizer.min_lr");
-  o.clip_grad = r.number("optimizer.clip_grad");
-  o.weight_decay = r.number("optimizer.weight_decay");
-  o.lr_warmup_steps = r.integer("optimizer.lr_warmup_steps");
-  o.lr_warmup_init = r.number("optimizer.lr_warmup_init");
-  o.lr_decay_steps = r.integer("optimizer.lr_decay_steps");
-  o.lr_decay_style = r.str("optimizer.lr_decay_style");
-  o.lr_wsd_decay_style = r.str("optimizer.lr_wsd_decay_style");
-  o.lr_wsd_decay_steps = r.integer("optimizer.lr_wsd_decay_steps");
-  o.total_training_steps = r.integer("optimizer.total_training_steps");
+  OptimizerConfig& o = rc.backend_cfg.optimizer;
   if (o.total_training_steps == 0) o.total_training_steps = t.steps;
-  o.adam_beta1 = r.number("optimizer.adam_beta1");
-  o.adam_beta2 = r.number("optimizer.adam_beta2");
-  o.adam_eps = r.number("optimizer.adam_eps");
-  o.offload_fraction = r.number("optimizer.offload_fraction");
-  check_choice("optimizer.lr_decay_style", o.lr_decay_style, {"constant", "linear", "cosine", "WSD"});
-  BB_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, "recipe keys optimizer.lr = ", o.lr,
-           " and optimizer.min_lr = ", o.min_lr, " must satisfy 0 <= min_lr <= lr, lr > 0");
-  BB_CHECK(o.lr_warmup_steps >= 0 && o.lr_decay_steps >= 0,
-           "recipe keys optimizer.lr_warmup_steps and optimizer.lr_decay_steps must be >= 0");
+  BB_CHECK(o.lr > 0 && o.min_lr <= o.lr, "recipe keys optimizer.lr = ", o.lr, " and optimizer.min_lr = ", o.min_lr,
+           " must satisfy 0 <= min_lr <= lr, lr > 0");
 
   DataRecipe& d = out.data;
   d.kind = r.str("data.kind");

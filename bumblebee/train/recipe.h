@@ -5,9 +5,16 @@
 //    "train":     {"steps", "micro_batch_size", "num_microbatches", "eval_interval", "eval_batches",
 //                  "log_interval", "seed", "resume"},
 //    "optimizer": {the fields of bb::OptimizerConfig},
-//    "parallel":  {"tp"},
-//    "backend":   {"backend", "device", "dtype", "recompute", "fp32_residual_connection"},
+//    "parallel":  {"tp", "etp", "ep", "pp", "vpp", "cp", "pp_layout"},
+//    "backend":   {"backend", "device", "dtype", "recompute", "fp32_residual_connection", ...},
 //    "output":    {"dir", "save_hf", "save_interval"}}
+//
+// The runtime's keys are the config schema's (runtime/config_schema.h), with
+// the same type, default, doc and checks, spelled by section: schema key
+// backend.parallel.tp is recipe "parallel": {"tp"}, hf_path is model.hf_path,
+// backend.model_name / load_hf_weights / model_overrides are model.model_name /
+// load_hf_weights / overrides, backend.seed is train.seed, and backend=... is
+// backend.backend; optimizer.* and the other backend.* keep their names.
 //
 // Every key has a default (recipe_keys() lists them with their types and
 // meaning); a file gives only what it changes, and dotted command-line
@@ -25,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bumblebee/runtime/config.h"
+#include "bumblebee/runtime/config_schema.h"
 
 namespace bb::train {
 
@@ -35,6 +43,7 @@ struct RecipeKey {
   RecipeKeyType type;
   nlohmann::json default_value;
   std::string help;
+  const ConfigKey* runtime_key = nullptr;   // the schema key it sets, for the runtime's keys
 };
 
 // Every key of a recipe, in documentation order.

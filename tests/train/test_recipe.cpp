@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
 #include "bumblebee/core/error.h"
 #include "bumblebee/train/recipe.h"
@@ -187,6 +188,51 @@ TEST(Recipe, LargeRecipesAskForTheModelDirectory) {
   merge_recipe_json(r, read_json(BB_SOURCE_DIR "/recipes/llama3_8b_pretrain.json"), "llama3");
   EXPECT_EQ(r["backend"]["device"], "cuda");
   EXPECT_NE(error_of([&] { recipe_from_json(r); }).find("model.hf_path"), std::string::npos);
+}
+
+TEST(Recipe, RuntimeKeysAreTheConfigSchemas) {
+  bb::ConfigSchema schema("test", "");
+  schema.add_runtime_keys();
+  std::map<std::string, const bb::train::RecipeKey*> by_schema_key;
+  for (const bb::train::RecipeKey& k : bb::train::recipe_keys())
+    if (k.runtime_key) by_schema_key[k.runtime_key->name] = &k;
+  for (const bb::ConfigKey& k : schema.keys()) {
+    ASSERT_TRUE(by_schema_key.count(k.name)) << k.name << " is not a recipe key";
+    EXPECT_EQ(by_schema_key[k.name]->default_value, k.default_value) << k.name;
+    EXPECT_NE(by_schema_key[k.name]->help.find(k.doc), std::string::npos) << k.name;
+  }
+  EXPECT_EQ(by_schema_key.size(), schema.keys().size());
+  EXPECT_EQ(by_schema_key["backend.parallel.tp"]->key, "parallel.tp");
+  EXPECT_EQ(by_schema_key["hf_path"]->key, "model.hf_path");
+  EXPECT_EQ(by_schema_key["backend.model_overrides"]->key, "model.overrides");
+  EXPECT_EQ(by_schema_key["backend.seed"]->key, "train.seed");
+  EXPECT_EQ(by_schema_key["backend"]->key, "backend.backend");
+  EXPECT_EQ(by_schema_key["optimizer.no_weight_decay_1d"]->key, "optimizer.no_weight_decay_1d");
+  EXPECT_EQ(by_schema_key["backend.attention_backend"]->key, "backend.attention_backend");
+}
+
+TEST(Recipe, RuntimeSectionsLandAndAreCheckedByTheSchema) {
+  json r = tiny_recipe();
+  merge_recipe_json(r, {{"parallel", {{"tp", 2}}}, {"backend", {{"attention_backend", "flash"}}}}, "f.json");
+  apply_recipe_override(r, "optimizer.no_weight_decay_1d", "false");
+  apply_recipe_override(r, "train.seed", "7");
+  const bb::train::Recipe rec = recipe_from_json(r);
+  EXPECT_EQ(rec.runtime.backend_cfg.parallel.tp, 2);
+  EXPECT_EQ(rec.runtime.backend_cfg.attention_backend, "flash");
+  EXPECT_FALSE(rec.runtime.backend_cfg.optimizer.no_weight_decay_1d);
+  EXPECT_EQ(rec.runtime.backend_cfg.seed, 7u);
+  EXPECT_EQ(rec.train.seed, 7u);
+  EXPECT_NE(error_of([&] { merge_recipe_json(r, {{"parallel", {{"tp", 0}}}}, "f.json"); })
+                .find("f.json: recipe key 'parallel.tp': 0 is out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_recipe_override(r, "parallel.tp", "99999999999"); })
+                .find("command line: recipe key 'parallel.tp': '99999999999' does not fit"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_recipe_override(r, "optimizer.lr", "nan"); }).find("'nan' is not a finite number"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { merge_recipe_json(r, {{"backend", {{"recompute", "some"}}}}, "f.json"); })
+                .find("recipe key 'backend.recompute': \"some\" is not one of: none, selective, full"),
+            std::string::npos);
 }
 
 }  // namespace

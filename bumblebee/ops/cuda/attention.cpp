@@ -1,11 +1,13 @@
 // cuda::attention_forward / attention_backward: argument checks and the
 // choice of implementation.
 //
-// BB_ATTENTION_BACKEND=cudnn (cuDNN's fused attention through cudnn-frontend;
-// the default in builds that found it: 527/435 TFLOP/s forward/backward on an
-// H200 against 198/121 for our kernel, benchmarks/RESULTS.md) or flash (our
-// FlashAttention-2 kernels; the default when the build has no cuDNN). The
-// variable is read at every call, so one process can compare both.
+// backend.attention_backend (ops/attention_backend.h), or the environment
+// variable BB_ATTENTION_BACKEND over it, picks cudnn (cuDNN's fused attention
+// through cudnn-frontend; auto's choice in builds that found it: 527/435
+// TFLOP/s forward/backward on an H200 against 198/121 for our kernel,
+// benchmarks/RESULTS.md) or flash (our FlashAttention-2 kernels; auto's choice
+// when the build has no cuDNN). The variable is read at every call, so one
+// process can compare both.
 //
 // Both read 16-byte vectors, so they take head dimensions that are multiples
 // of 8 up to 128 and tensors that start on a 16-byte boundary. Any other
@@ -17,6 +19,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/cuda/attention_backends.h"
 #include "bumblebee/core/cuda/cuda_context.h"
 #include "bumblebee/ops/cuda/cuda_ops.h"
@@ -24,20 +27,15 @@
 namespace bb::cuda {
 namespace {
 
-enum class AttentionBackend { Flash, Cudnn };
+using ops::AttentionBackend;
 
+// The backend of one call: BB_ATTENTION_BACKEND when set, else the runtime's
+// backend.attention_backend (ops::set_attention_backend); auto picks cuDNN when built.
 AttentionBackend selected_backend() {
   const char* env = std::getenv("BB_ATTENTION_BACKEND");
-  std::string name = env ? env : "";
-  if (name.empty()) return cudnn_attention_built() ? AttentionBackend::Cudnn : AttentionBackend::Flash;
-  if (name == "flash") return AttentionBackend::Flash;
-  if (name == "cudnn") {
-    BB_CHECK(cudnn_attention_built(),
-             "BB_ATTENTION_BACKEND=cudnn, but this build has no cuDNN attention (cudnn-frontend headers or "
-             "libcudnn were not found at configure time; run scripts/fetch_cuda_deps.sh and reconfigure)");
-    return AttentionBackend::Cudnn;
-  }
-  BB_FAIL("BB_ATTENTION_BACKEND='", name, "' is not a known attention backend (expected flash or cudnn)");
+  const AttentionBackend chosen = env && *env ? ops::attention_backend_from_name(env) : ops::attention_backend();
+  if (chosen != AttentionBackend::Auto) return chosen;
+  return cudnn_attention_built() ? AttentionBackend::Cudnn : AttentionBackend::Flash;
 }
 
 bool aligned16(const Tensor& t) { return (reinterpret_cast<uintptr_t>(t.raw()) & 15u) == 0; }

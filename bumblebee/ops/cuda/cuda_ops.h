@@ -59,8 +59,8 @@ void swiglu_forward(const Tensor& gate_up, Tensor& out);
 void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_up);
 
 // attention.cu. q, k, v, out, dout, dq, dk, dv bfloat16; lse float32; head
-// dimension a multiple of 8 up to 128. BB_ATTENTION_BACKEND=flash (default)
-// or cudnn picks the implementation.
+// dimension a multiple of 8 up to 128. ops::set_attention_backend (the
+// runtime's backend.attention_backend) or BB_ATTENTION_BACKEND picks the implementation.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                        int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

@@ -1,0 +1,181 @@
+// The runtime's keys: one per field of RuntimeConfig, BBConfig, ParallelConfig
+// and OptimizerConfig, with the seed library's dotted names. Defaults come from
+// the structs themselves, so config.h stays the one place that sets them.
+#include <limits>
+
+#include "bumblebee/runtime/config_schema.h"
+
+namespace bb {
+
+namespace {
+
+using json = nlohmann::json;
+using Set = std::function<void(RuntimeConfig&, const json&)>;
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max(), kIntMin = std::numeric_limits<int>::min();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+ConfigKey key(std::string name, std::string group, ConfigType type, json def, std::string doc, Set set) {
+  ConfigKey k;
+  k.name = std::move(name);
+  k.group = std::move(group);
+  k.type = type;
+  k.default_value = std::move(def);
+  k.doc = std::move(doc);
+  k.set = std::move(set);
+  return k;
+}
+
+// An Int key of a C++ `int` field: values beyond int's range do not fit.
+ConfigKey int_key(std::string name, std::string group, int def, std::string doc, Set set) {
+  return key(std::move(name), std::move(group), ConfigType::Int, def, std::move(doc), std::move(set))
+      .in_range(kIntMin, kIntMax);
+}
+
+BBConfig& bb_of(RuntimeConfig& c) { return c.backend_cfg; }
+ParallelConfig& parallel_of(RuntimeConfig& c) { return c.backend_cfg.parallel; }
+OptimizerConfig& optimizer_of(RuntimeConfig& c) { return c.backend_cfg.optimizer; }
+
+}  // namespace
+
+void ConfigSchema::add_runtime_keys() {
+  using T = ConfigType;
+  const RuntimeConfig d;
+  const BBConfig& b = d.backend_cfg;
+  const ParallelConfig& p = b.parallel;
+  const OptimizerConfig& o = b.optimizer;
+
+  add(key("backend", "runtime", T::String, d.backend, "bb: optimised, parallel; ref: the single-device baseline",
+          [](RuntimeConfig& c, const json& v) { c.backend = v; })
+          .one_of({"bb", "ref"}));
+  add(key("hf_path", "runtime", T::String, d.hf_path, "HF model directory: config.json, plus safetensors when loading weights",
+          [](RuntimeConfig& c, const json& v) { c.hf_path = v; }));
+
+  add(key("backend.model_name", "backend", T::String, b.model_name,
+          "registered model name, or auto (config.json's model_type)",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).model_name = v; }));
+  add(key("backend.impl", "backend", T::String, b.impl, "implementation of the model in the registry",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).impl = v; }));
+  add(key("backend.device", "backend", T::String, b.device, "cpu | cuda | cuda:N (under MPI: cuda:local_rank)",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).device = v; }));
+  add(key("backend.dtype", "backend", T::String, b.dtype,
+          "compute dtype; auto: float32 on cpu, bfloat16 on cuda, float64 for backend=ref",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).dtype = v; })
+          .one_of({"auto", "float64", "float32", "bfloat16"}));
+  add(key("backend.recompute", "backend", T::String, b.recompute,
+          "activation recompute; selective: core attention, full: the whole layer",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).recompute = v; })
+          .one_of({"none", "selective", "full"}));
+  add(key("backend.fp32_residual_connection", "backend", T::Bool, b.fp32_residual_connection,
+          "keep the residual stream in float32 under bfloat16 activations",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).fp32_residual_connection = v; }));
+  add(key("backend.load_hf_weights", "backend", T::Bool, b.load_hf_weights,
+          "load the safetensors of hf_path; false: random init from config.json alone",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).load_hf_weights = v; }));
+  add(key("backend.seed", "backend", T::Int, b.seed, "random seed: parameter init and the tool's random data",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).seed = uint64_t(v.get<int64_t>()); })
+          .at_least(0));
+  add(key("backend.temperature", "backend", T::Float, b.temperature, "logits are divided by it (loss, log-probs)",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).temperature = v; })
+          .above(0.0));
+  add(key("backend.attention_backend", "backend", T::String, b.attention_backend,
+          "CUDA fused attention; auto: cudnn when the build has it, else flash; "
+          "the environment variable BB_ATTENTION_BACKEND overrides it",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).attention_backend = v; })
+          .one_of({"auto", "cudnn", "flash"}));
+  add(key("backend.router_aux_loss_coef", "backend", T::Float, b.router_aux_loss_coef,
+          "used by MoE models: weight of the router load-balancing loss (no MoE model is registered yet)",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).router_aux_loss_coef = v; })
+          .in_float_range(0.0, kInf));
+  add(key("backend.frozen_params", "backend", T::String, b.frozen_params,
+          "regular expression over HF parameter names to freeze (no gradient, no optimizer state); empty: none",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).frozen_params = v; }));
+  add(key("backend.impl_cfg", "backend", T::Json, b.impl_cfg, "model-specific implementation keys, a JSON object",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).impl_cfg = v; }));
+  add(key("backend.model_overrides", "backend", T::Json, b.model_overrides,
+          "model config overrides, e.g. {\"num_layers\": 2}",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).model_overrides = v; }));
+
+  add(int_key("backend.parallel.tp", "backend.parallel", p.tp, "tensor-parallel size (dp = world / (tp * cp * pp))",
+              [](RuntimeConfig& c, const json& v) { parallel_of(c).tp = v; })
+          .at_least(1));
+  add(int_key("backend.parallel.etp", "backend.parallel", p.etp, "expert tensor-parallel size (0: same as tp)",
+              [](RuntimeConfig& c, const json& v) { parallel_of(c).etp = v; })
+          .at_least(0));
+  add(int_key("backend.parallel.ep", "backend.parallel", p.ep, "expert-parallel size",
+              [](RuntimeConfig& c, const json& v) { parallel_of(c).ep = v; })
+          .at_least(1));
+  add(int_key("backend.parallel.pp", "backend.parallel", p.pp, "pipeline-parallel size",
+              [](RuntimeConfig& c, const json& v) { parallel_of(c).pp = v; })
+          .at_least(1));
+  add(int_key("backend.parallel.vpp", "backend.parallel", p.vpp, "virtual pipeline chunks per stage",
+              [](RuntimeConfig& c, const json& v) { parallel_of(c).vpp = v; })
+          .at_least(1));
+  add(int_key("backend.parallel.cp", "backend.parallel", p.cp, "context-parallel size",
+              [](RuntimeConfig& c, const json& v) { parallel_of(c).cp = v; })
+          .at_least(1));
+  add(key("backend.parallel.pp_layout", "backend.parallel", T::String, p.pp_layout,
+          "explicit pipeline stage layout, e.g. E|t*5|t*6|t,m,L (empty: balanced)",
+          [](RuntimeConfig& c, const json& v) { parallel_of(c).pp_layout = v; }));
+
+  const std::string g = "optimizer";
+  add(key("optimizer.optimizer", g, T::String, o.optimizer, "AdamW with decoupled weight decay; adam and adamw both name it",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).optimizer = v; })
+          .one_of({"adam", "adamw"}));
+  add(key("optimizer.lr", g, T::Float, o.lr, "peak learning rate",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).lr = v; })
+          .in_float_range(0.0, kInf));
+  add(key("optimizer.min_lr", g, T::Float, o.min_lr, "learning rate at the end of the decay",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).min_lr = v; })
+          .in_float_range(0.0, kInf));
+  add(key("optimizer.clip_grad", g, T::Float, o.clip_grad, "global gradient-norm clip (0: none)",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).clip_grad = v; })
+          .in_float_range(0.0, kInf));
+  add(key("optimizer.weight_decay", g, T::Float, o.weight_decay, "decoupled weight decay",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).weight_decay = v; })
+          .in_float_range(0.0, kInf));
+  add(key("optimizer.no_weight_decay_1d", g, T::Bool, o.no_weight_decay_1d,
+          "no weight decay on 1-D parameters (norm weights, biases), as Megatron",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).no_weight_decay_1d = v; }));
+  add(key("optimizer.lr_warmup_steps", g, T::Int, o.lr_warmup_steps, "linear warmup steps",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).lr_warmup_steps = v; })
+          .at_least(0));
+  add(key("optimizer.lr_warmup_init", g, T::Float, o.lr_warmup_init, "learning rate at step 0 of the warmup",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).lr_warmup_init = v; })
+          .in_float_range(0.0, kInf));
+  add(key("optimizer.lr_decay_steps", g, T::Int, o.lr_decay_steps, "step where the decay ends (0: total_training_steps)",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).lr_decay_steps = v; })
+          .at_least(0));
+  add(key("optimizer.lr_decay_style", g, T::String, o.lr_decay_style, "learning-rate decay after the warmup",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).lr_decay_style = v; })
+          .one_of({"constant", "linear", "cosine", "WSD"}));
+  add(key("optimizer.lr_wsd_decay_style", g, T::String, o.lr_wsd_decay_style, "shape of the WSD tail",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).lr_wsd_decay_style = v; })
+          .one_of({"linear", "cosine", "exponential"}));
+  add(key("optimizer.lr_wsd_decay_steps", g, T::Int, o.lr_wsd_decay_steps, "length of the WSD tail",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).lr_wsd_decay_steps = v; })
+          .at_least(0));
+  add(key("optimizer.total_training_steps", g, T::Int, o.total_training_steps,
+          "decay horizon (bb-train: 0 means train.steps)",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).total_training_steps = v; })
+          .at_least(0));
+  add(key("optimizer.adam_beta1", g, T::Float, o.adam_beta1, "Adam beta1",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).adam_beta1 = v; })
+          .in_float_range(0.0, 1.0));
+  add(key("optimizer.adam_beta2", g, T::Float, o.adam_beta2, "Adam beta2",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).adam_beta2 = v; })
+          .in_float_range(0.0, 1.0));
+  add(key("optimizer.adam_eps", g, T::Float, o.adam_eps, "Adam epsilon",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).adam_eps = v; })
+          .above(0.0));
+  add(key("optimizer.offload_fraction", g, T::Float, o.offload_fraction,
+          "optimizer state offloaded to the host (not implemented yet: keep 0)",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).offload_fraction = v; })
+          .in_float_range(0.0, 1.0));
+  add(key("optimizer.grad_bucket_size", g, T::Int, o.grad_bucket_size,
+          "elements per data-parallel gradient bucket (its reduce-scatter overlaps backward)",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).grad_bucket_size = v; })
+          .at_least(1));
+}
+
+}  // namespace bb
