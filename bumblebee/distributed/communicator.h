@@ -15,6 +15,9 @@
 // each other, a pipeline stage exchanging with both neighbours) must be posted
 // in one batch_isend_irecv, which starts all of its messages together; so must
 // a message to this rank itself, which the batch's recv from itself receives.
+// On CUDA a group's NCCL operations, collectives and batches alike, run one
+// after another in issue order, so the ranks that exchange messages must
+// issue their collectives and batches of that group in matching orders.
 #pragma once
 
 #include <cstdint>

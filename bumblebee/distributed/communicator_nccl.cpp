@@ -17,6 +17,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "bumblebee/core/error.h"
 #include "bumblebee/distributed/collective_checks.h"
@@ -77,12 +78,22 @@ void nccl_group(const std::string& group, F&& enqueue) {
 }
 
 // Completes by making the waiting thread's current stream wait for `done`.
+// Holds the tensors the transfer uses: a temporary the caller lets go would
+// otherwise return to the memory pool, whose reuse is ordered on the current
+// stream only, while the communication stream still reads or writes it.
 class NcclPendingCollective final : public PendingCollective {
  public:
-  NcclPendingCollective(int device, cudaEvent_t done) : device_(device), done_(done) {}
+  NcclPendingCollective(int device, cudaEvent_t done, std::vector<Tensor> in_use)
+      : device_(device), done_(done), in_use_(std::move(in_use)) {}
   ~NcclPendingCollective() override {
+    if (!cuda_alive()) return;
+    // Dropped without wait(): the tensors go back to the pool only behind the transfer.
+    if (!waited_) {
+      cuda::DeviceGuard guard(device_);
+      cudaStreamWaitEvent(cuda::current_stream(), done_, 0);
+    }
     // Destroying an event that work still has to record is allowed: CUDA frees it afterwards.
-    if (cuda_alive()) cudaEventDestroy(done_);
+    cudaEventDestroy(done_);
   }
   bool test() override {
     cuda::DeviceGuard guard(device_);
@@ -94,11 +105,14 @@ class NcclPendingCollective final : public PendingCollective {
   void wait() override {
     cuda::DeviceGuard guard(device_);
     CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), done_, 0));
+    waited_ = true;
   }
 
  private:
   int device_;
   cudaEvent_t done_;
+  std::vector<Tensor> in_use_;
+  bool waited_ = false;
 };
 
 class NcclCollectives final : public DeviceCollectives {
@@ -175,7 +189,7 @@ class NcclCollectives final : public DeviceCollectives {
   }
 
   std::unique_ptr<PendingCollective> reduce_scatter_async(const Tensor& in, Tensor& out) override {
-    return on_comm_stream("reduce_scatter_async", [&](cudaStream_t stream) {
+    return on_comm_stream("reduce_scatter_async", {in, out}, [&](cudaStream_t stream) {
       NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), nccl_type(in.dtype()), ncclSum,
                                    comm_, stream),
                  name_);
@@ -183,7 +197,9 @@ class NcclCollectives final : public DeviceCollectives {
   }
 
   std::unique_ptr<PendingCollective> batch_isend_irecv(const std::vector<P2POp>& ops) override {
-    return on_comm_stream("send_recv", [&](cudaStream_t stream) {
+    std::vector<Tensor> in_use;
+    for (const P2POp& op : ops) in_use.push_back(op.tensor);
+    return on_comm_stream("send_recv", std::move(in_use), [&](cudaStream_t stream) {
       nccl_group(name_, [&] {
         for (const P2POp& op : ops) {
           if (op.tensor.nbytes() == 0) continue;
@@ -222,9 +238,11 @@ class NcclCollectives final : public DeviceCollectives {
   }
 
   // Enqueues a collective on the group's communication stream, after the work
-  // queued so far on the current stream, and returns its completion.
+  // queued so far on the current stream, and returns its completion, which
+  // holds the tensors it uses.
   template <typename F>
-  std::unique_ptr<PendingCollective> on_comm_stream(const char* collective, F&& enqueue) {
+  std::unique_ptr<PendingCollective> on_comm_stream(const char* collective, std::vector<Tensor> in_use,
+                                                    F&& enqueue) {
     cuda::DeviceGuard guard(device_);
     if (!comm_stream_) {
       CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
@@ -250,7 +268,7 @@ class NcclCollectives final : public DeviceCollectives {
     cudaEvent_t done = make_event();
     CUDA_CHECK(cudaEventRecord(done, comm_stream_));
     CUDA_CHECK(cudaEventRecord(async_tail_, comm_stream_));
-    return std::make_unique<NcclPendingCollective>(device_, done);
+    return std::make_unique<NcclPendingCollective>(device_, done, std::move(in_use));
   }
 
   // Queues the current stream behind the group's async collectives so far.
