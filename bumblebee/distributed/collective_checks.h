@@ -2,7 +2,10 @@
 // shape fails with the same message whichever engine carries the collective.
 #pragma once
 
-#include "bumblebee/core/tensor.h"
+#include <cstdint>
+#include <vector>
+
+#include "bumblebee/distributed/communicator.h"
 
 namespace bb::dist {
 
@@ -15,5 +18,20 @@ bool check_all_gather_args(const Tensor& in, const Tensor& out, int rank, int gr
 bool check_reduce_scatter_args(const Tensor& in, const Tensor& out, int rank, int group_size,
                                const std::string& group);
 void check_root(int root, int group_size, const std::string& group);
+
+// Every op has a tensor and a peer of the group, all tensors are on one
+// device, and the messages to this rank itself pair up, in order, with its
+// recvs from itself at equal dtype and shape. Returns the ops' device (the
+// host for an empty batch).
+Device check_p2p_ops(const std::vector<P2POp>& ops, int rank, int group_size, const std::string& group);
+// in and out share dtype, device and the shape of a row (all but dim 0); each
+// counts vector has group_size non-negative entries summing to its tensor's
+// rows; this rank sends itself as many rows as it receives from itself; in
+// and out do not overlap.
+void check_all_to_all_args(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
+                           const std::vector<int64_t>& recv_counts, int rank, int group_size,
+                           const std::string& group);
+// Elements in one dim-0 row of t.
+int64_t row_numel(const Tensor& t);
 
 }  // namespace bb::dist

@@ -12,6 +12,11 @@
 // reduce_scatter_async starts the same MPI_Ialltoall and sums in wait(), so
 // it returns the blocking form's bits; only the calling thread touches MPI
 // (MPI_THREAD_FUNNELED), and test() is what lets the transfer progress.
+//
+// Point-to-point messages are MPI_Isend/MPI_Irecv with one tag, so MPI's
+// non-overtaking rule gives the in-order matching communicator.h promises;
+// wait() is MPI_Waitall and checks that each recv got as many elements as it
+// expected. all_to_all is MPI_Alltoallv in elements of the row's width.
 #include "bumblebee/distributed/communicator_mpi.h"
 
 #include <algorithm>
@@ -120,6 +125,94 @@ class MpiPendingReduceScatter final : public PendingCollective {
   bool summed_ = false;
 };
 
+// Every point-to-point message carries this tag; matching is by order alone.
+constexpr int kP2PTag = 0;
+
+// The requests of one batch_isend_irecv; holds its tensors until they complete.
+class MpiPendingP2P final : public PendingCollective {
+ public:
+  MpiPendingP2P(const std::vector<P2POp>& ops, MPI_Comm comm, std::string group)
+      : ops_(ops), group_(std::move(group)) {
+    requests_.reserve(ops_.size());
+    statuses_.resize(ops_.size());
+    for (const P2POp& op : ops_) {
+      MPI_Datatype type = element_type(op.tensor.dtype());
+      const int n = int(op.tensor.numel());
+      MPI_Request r = MPI_REQUEST_NULL;
+      if (op.kind == P2POp::Kind::Send)
+        check_mpi(MPI_Isend(op.tensor.raw(), n, type, op.peer, kP2PTag, comm, &r), "MPI_Isend", group_);
+      else
+        check_mpi(MPI_Irecv(op.tensor.raw(), n, type, op.peer, kP2PTag, comm, &r), "MPI_Irecv", group_);
+      requests_.push_back(r);
+    }
+  }
+
+  ~MpiPendingP2P() override {
+    int finalised = 0;
+    MPI_Finalized(&finalised);
+    // MPI may still be reading or writing the tensors: let it finish first.
+    if (!finalised) MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  }
+
+  bool test() override {
+    if (!completed_) {
+      int done = 0;
+      result_ = MPI_Testall(int(requests_.size()), requests_.data(), &done, statuses_.data());
+      completed_ = done != 0 || result_ != MPI_SUCCESS;
+      if (result_ != MPI_SUCCESS) check();
+    }
+    return completed_;
+  }
+
+  void wait() override {
+    if (!completed_) {
+      result_ = MPI_Waitall(int(requests_.size()), requests_.data(), statuses_.data());
+      completed_ = true;
+    }
+    check();
+  }
+
+ private:
+  std::vector<P2POp> ops_;
+  std::string group_;
+  std::vector<MPI_Request> requests_;
+  // Filled by whichever of MPI_Testall / MPI_Waitall completes the batch.
+  std::vector<MPI_Status> statuses_;
+  int result_ = MPI_SUCCESS;
+  bool completed_ = false, checked_ = false;
+
+  // Once: each message's own error, each recv's element count, then the batch's result.
+  void check() {
+    if (checked_) return;
+    checked_ = true;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (result_ == MPI_ERR_IN_STATUS) check_message(ops_[i], statuses_[i].MPI_ERROR);
+      if (result_ == MPI_SUCCESS && ops_[i].kind == P2POp::Kind::Recv) check_received(ops_[i], statuses_[i]);
+    }
+    check_mpi(result_, "MPI_Waitall", group_);
+  }
+
+  std::string describe(const P2POp& op) const {
+    return (op.kind == P2POp::Kind::Send ? "send to peer " : "recv from peer ") + std::to_string(op.peer) +
+           " on group " + group_ + " (" + std::to_string(op.tensor.numel()) + " elements of " +
+           dtype_name(op.tensor.dtype()) + ", shape " + shape_str(op.tensor.shape()) + ")";
+  }
+
+  void check_message(const P2POp& op, int error) const {
+    if (error == MPI_SUCCESS || error == MPI_ERR_PENDING) return;
+    int error_class = error;
+    MPI_Error_class(error, &error_class);
+    BB_CHECK(error_class != MPI_ERR_TRUNCATE, describe(op), ": the matching send is larger");
+    check_mpi(error, op.kind == P2POp::Kind::Send ? "MPI_Isend" : "MPI_Irecv", group_);
+  }
+
+  void check_received(const P2POp& op, const MPI_Status& status) const {
+    int received = 0;
+    check_mpi(MPI_Get_count(&status, element_type(op.tensor.dtype()), &received), "MPI_Get_count", group_);
+    BB_CHECK(received == op.tensor.numel(), describe(op), ": the matching send had ", received, " elements");
+  }
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
@@ -222,6 +315,36 @@ class MpiCommunicator final : public Communicator {
   }
 
   void barrier() override { check_mpi(MPI_Barrier(comm_), "MPI_Barrier", name_); }
+
+  std::unique_ptr<PendingCollective> batch_isend_irecv(const std::vector<P2POp>& ops) override {
+    const Device dev = check_p2p_ops(ops, rank_, size_, name_);
+    if (dev.is_cuda()) return device_for(ops[0].tensor).batch_isend_irecv(ops);
+    for (const P2POp& op : ops) check_count(op.tensor.numel(), "batch_isend_irecv");
+    return std::make_unique<MpiPendingP2P>(ops, comm_, name_);
+  }
+
+  void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                  const std::vector<int64_t>& recv_counts) override {
+    check_all_to_all_args(in, send_counts, out, recv_counts, rank_, size_, name_);
+    if (in.device().is_cuda()) return device_for(in).all_to_all(in, send_counts, out, recv_counts);
+    check_count(in.numel(), "all_to_all");
+    check_count(out.numel(), "all_to_all");
+    // Counts and displacements in elements; the whole tensors fit an int, so every part does.
+    const int64_t row = row_numel(in);
+    std::vector<int> sendcounts, sdispls, recvcounts, rdispls;
+    for (int j = 0, s = 0, r = 0; j < size_; ++j) {
+      sendcounts.push_back(int(send_counts[size_t(j)] * row));
+      recvcounts.push_back(int(recv_counts[size_t(j)] * row));
+      sdispls.push_back(s);
+      rdispls.push_back(r);
+      s += sendcounts.back();
+      r += recvcounts.back();
+    }
+    MPI_Datatype type = element_type(in.dtype());
+    check_mpi(MPI_Alltoallv(in.raw(), sendcounts.data(), sdispls.data(), type, out.raw(), recvcounts.data(),
+                            rdispls.data(), type, comm_),
+              "MPI_Alltoallv", name_);
+  }
 
   double all_reduce_scalar(double v, ReduceOp op) override {
     Tensor t = Tensor::from_vector<double>({v}, {1});

@@ -1,5 +1,12 @@
 // NCCL collectives on CUDA tensors for one group, on the backend's current
-// stream; async reduce-scatters on the group's own communication stream.
+// stream; async reduce-scatters and point-to-point batches on the group's own
+// communication stream.
+//
+// Point-to-point batches and all_to_all are ncclSend/ncclRecv inside one
+// ncclGroupStart/End, so every message of the call is posted together (no
+// deadlock between a rank's send and its recv) and NCCL matches the messages
+// of a pair of ranks in issue order. They move bytes, so any dtype travels.
+// Empty messages are not posted: both sides skip them alike.
 //
 // Ordering: an async collective waits (cudaStreamWaitEvent, no host sync) for
 // everything queued on the current stream when it starts, and every later
@@ -10,8 +17,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "bumblebee/core/error.h"
+#include "bumblebee/distributed/collective_checks.h"
 #include "bumblebee/distributed/device_collectives.h"
 #include "bumblebee/core/cuda/cuda_context.h"
 #include "bumblebee/ops/op_profile.h"
@@ -54,13 +63,37 @@ cudaEvent_t make_event() {
   return e;
 }
 
+// Runs `enqueue` between ncclGroupStart and ncclGroupEnd, closing the group
+// even when it throws.
+template <typename F>
+void nccl_group(const std::string& group, F&& enqueue) {
+  NCCL_CHECK(ncclGroupStart(), group);
+  try {
+    enqueue();
+  } catch (...) {
+    ncclGroupEnd();
+    throw;
+  }
+  NCCL_CHECK(ncclGroupEnd(), group);
+}
+
 // Completes by making the waiting thread's current stream wait for `done`.
+// Holds the tensors the transfer uses: a temporary the caller lets go would
+// otherwise return to the memory pool, whose reuse is ordered on the current
+// stream only, while the communication stream still reads or writes it.
 class NcclPendingCollective final : public PendingCollective {
  public:
-  NcclPendingCollective(int device, cudaEvent_t done) : device_(device), done_(done) {}
+  NcclPendingCollective(int device, cudaEvent_t done, std::vector<Tensor> in_use)
+      : device_(device), done_(done), in_use_(std::move(in_use)) {}
   ~NcclPendingCollective() override {
+    if (!cuda_alive()) return;
+    // Dropped without wait(): the tensors go back to the pool only behind the transfer.
+    if (!waited_) {
+      cuda::DeviceGuard guard(device_);
+      cudaStreamWaitEvent(cuda::current_stream(), done_, 0);
+    }
     // Destroying an event that work still has to record is allowed: CUDA frees it afterwards.
-    if (cuda_alive()) cudaEventDestroy(done_);
+    cudaEventDestroy(done_);
   }
   bool test() override {
     cuda::DeviceGuard guard(device_);
@@ -72,11 +105,14 @@ class NcclPendingCollective final : public PendingCollective {
   void wait() override {
     cuda::DeviceGuard guard(device_);
     CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), done_, 0));
+    waited_ = true;
   }
 
  private:
   int device_;
   cudaEvent_t done_;
+  std::vector<Tensor> in_use_;
+  bool waited_ = false;
 };
 
 class NcclCollectives final : public DeviceCollectives {
@@ -153,13 +189,67 @@ class NcclCollectives final : public DeviceCollectives {
   }
 
   std::unique_ptr<PendingCollective> reduce_scatter_async(const Tensor& in, Tensor& out) override {
+    return on_comm_stream("reduce_scatter_async", {in, out}, [&](cudaStream_t stream) {
+      NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), nccl_type(in.dtype()), ncclSum,
+                                   comm_, stream),
+                 name_);
+    });
+  }
+
+  std::unique_ptr<PendingCollective> batch_isend_irecv(const std::vector<P2POp>& ops) override {
+    std::vector<Tensor> in_use;
+    for (const P2POp& op : ops) in_use.push_back(op.tensor);
+    return on_comm_stream("send_recv", std::move(in_use), [&](cudaStream_t stream) {
+      nccl_group(name_, [&] {
+        for (const P2POp& op : ops) {
+          if (op.tensor.nbytes() == 0) continue;
+          if (op.kind == P2POp::Kind::Send)
+            NCCL_CHECK(ncclSend(op.tensor.raw(), op.tensor.nbytes(), ncclUint8, op.peer, comm_, stream), name_);
+          else
+            NCCL_CHECK(ncclRecv(op.tensor.raw(), op.tensor.nbytes(), ncclUint8, op.peer, comm_, stream), name_);
+        }
+      });
+    });
+  }
+
+  void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                  const std::vector<int64_t>& recv_counts) override {
+    cuda::DeviceGuard guard(device_);
+    after_async_collectives();
+    ops::profile::Scope timed(Device::cuda(device_), profile_label("all_to_all"));
+    const size_t row_bytes = size_t(row_numel(in)) * dtype_size(in.dtype());
+    const char* sent = static_cast<const char*>(in.raw());
+    char* received = static_cast<char*>(out.raw());
+    const cudaStream_t stream = cuda::current_stream();
+    nccl_group(name_, [&] {
+      for (size_t j = 0; j < send_counts.size(); ++j) {
+        const size_t send_bytes = size_t(send_counts[j]) * row_bytes, recv_bytes = size_t(recv_counts[j]) * row_bytes;
+        if (send_bytes) NCCL_CHECK(ncclSend(sent, send_bytes, ncclUint8, int(j), comm_, stream), name_);
+        if (recv_bytes) NCCL_CHECK(ncclRecv(received, recv_bytes, ncclUint8, int(j), comm_, stream), name_);
+        sent += send_bytes;
+        received += recv_bytes;
+      }
+    });
+  }
+
+ private:
+  std::string profile_label(const char* collective) const {
+    return ops::profile::enabled() ? "nccl " + std::string(collective) + " [" + name_ + "]" : std::string();
+  }
+
+  // Enqueues a collective on the group's communication stream, after the work
+  // queued so far on the current stream, and returns its completion, which
+  // holds the tensors it uses.
+  template <typename F>
+  std::unique_ptr<PendingCollective> on_comm_stream(const char* collective, std::vector<Tensor> in_use,
+                                                    F&& enqueue) {
     cuda::DeviceGuard guard(device_);
     if (!comm_stream_) {
       CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
       inputs_ready_ = make_event();
       async_tail_ = make_event();
     }
-    // `in` was written by work queued on the current stream so far.
+    // The inputs were written by work queued on the current stream so far.
     CUDA_CHECK(cudaEventRecord(inputs_ready_, cuda::current_stream()));
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, inputs_ready_, 0));
     {
@@ -167,10 +257,8 @@ class NcclCollectives final : public DeviceCollectives {
       const cudaStream_t compute = cuda::current_stream();
       cuda::set_current_stream(comm_stream_);
       try {
-        ops::profile::Scope timed(Device::cuda(device_), profile_label("reduce_scatter_async"));
-        NCCL_CHECK(ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), nccl_type(in.dtype()), ncclSum,
-                                     comm_, comm_stream_),
-                   name_);
+        ops::profile::Scope timed(Device::cuda(device_), profile_label(collective));
+        enqueue(comm_stream_);
       } catch (...) {
         cuda::set_current_stream(compute);
         throw;
@@ -180,12 +268,7 @@ class NcclCollectives final : public DeviceCollectives {
     cudaEvent_t done = make_event();
     CUDA_CHECK(cudaEventRecord(done, comm_stream_));
     CUDA_CHECK(cudaEventRecord(async_tail_, comm_stream_));
-    return std::make_unique<NcclPendingCollective>(device_, done);
-  }
-
- private:
-  std::string profile_label(const char* collective) const {
-    return ops::profile::enabled() ? "nccl " + std::string(collective) + " [" + name_ + "]" : std::string();
+    return std::make_unique<NcclPendingCollective>(device_, done, std::move(in_use));
   }
 
   // Queues the current stream behind the group's async collectives so far.
