@@ -12,7 +12,9 @@ TEST(BBBench, ProfileStepsBreakDownAStepByOp) {
   const std::string dir = test::fixture_dir("qwen3_gqa");
   const test::ToolResult r = test::run_command(test::tool("bb-bench") + " hf_path=" + dir +
                                                " bench.seq_len=16 bench.micro_batch_size=2 bench.steps=2 "
-                                               "bench.warmup=1 bench.profile_steps=2");
+                                               "bench.warmup=1 bench.profile_steps=2 "
+                                               // one parameter group (no separate group for 1-D weights)
+                                               "optimizer.no_weight_decay_1d=false");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("profile over 2 steps"), std::string::npos) << r.out;
   const nlohmann::json j = test::last_json_line(r.out);
