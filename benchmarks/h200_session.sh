@@ -10,6 +10,7 @@
 #             BASELINE_ARGS adds arguments (e.g. --steps 4 --warmup 2)
 #   parity    50-step bf16 parity against HF transformers (benchmarks/parity): bb with an fp32 and a bf16
 #             residual stream against HF under autocast, and HF with a bf16 residual stream against both
+#   gpu_unit  the CPU test binary's cases that need a GPU (NCCL on one GPU, CUDA dispatch), which skip in CI
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
 # Stages for two GPUs (nvidia-h200-x2), one MPI rank per GPU, collectives over NCCL:
@@ -53,6 +54,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$LOG
 grep "Bumblebee:" "$LOGS/cmake.log"
 targets="bb_cuda_ops bb-bench bb-correctness"
 case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
+case " $stages " in *" gpu_unit "*) targets="$targets bb_tests" ;; esac
 ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 bin=$build/bin
@@ -125,6 +127,9 @@ PY
       python3 benchmarks/parity/compare_runs.py hf="$LOGS/parity_hf.json" hf_bf16act="$LOGS/parity_hf_bf16act.json"
       python3 benchmarks/parity/compare_runs.py hf_bf16act="$LOGS/parity_hf_bf16act.json" \
         bb_bf16_residual="$LOGS/parity_bb_resbf16.json" ;;
+    gpu_unit)
+      timeout 120 $bin/bb_tests --gtest_filter="${GPU_UNIT_FILTER:-NcclOneGpu*:*Cuda*:*CUDA*}" > "$LOGS/gpu_unit.log" 2>&1
+      echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(OK|FAILED) " "$LOGS/gpu_unit.log" | head -40 ;;
     sanitizer)
       d=tests/fixtures/qwen3_gqa
       run_fixture="$bin/bb-correctness hf_path=$d tokens=$d/tokens.json backend.device=cuda steps=5"

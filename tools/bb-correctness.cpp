@@ -76,6 +76,7 @@ nlohmann::json per_param_grad_norms(Runtime& rt, ModelHandle& h, double& total_s
   nlohmann::json out = nlohmann::json::object();
   total_sq = 0;
   for (Parameter& p : h.model().params().params()) {
+    if (!p.requires_grad()) continue;   // frozen: no gradient
     Tensor g = p.grad;
     if (ps.dp_size() > 1) {
       g = p.grad.clone();
