@@ -114,9 +114,9 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   st->hf_config = read_json_file(config_path);
   BB_CHECK(st->hf_config.is_object(), config_path, ": not a JSON object");
   const auto type_it = st->hf_config.find("model_type");
-  BB_CHECK(type_it == st->hf_config.end() || type_it->is_string(), config_path, ": 'model_type' = ", type_it->dump(),
-           ": must be a string");
-  const std::string model_type = type_it == st->hf_config.end() ? std::string() : type_it->get<std::string>();
+  const bool typed = type_it != st->hf_config.end() && !type_it->is_null();
+  BB_CHECK(!typed || type_it->is_string(), config_path, ": 'model_type' = ", type_it->dump(), ": must be a string");
+  const std::string model_type = typed ? type_it->get<std::string>() : std::string();
   st->protocol = resolve_model(bcfg.model_name, bcfg.impl, model_type);
   // Model packages parse json, not files: the file's path is added here.
   nlohmann::json model_cfg;

@@ -269,6 +269,8 @@ DenseConfig parse_dense_hf_config(const nlohmann::json& hf, bool qk_norm, const 
   BB_CHECK(c.num_heads % c.num_kv_heads == 0, "num_attention_heads ", c.num_heads,
            " is not divisible by num_key_value_heads ", c.num_kv_heads);
 
+  BB_CHECK(overrides.is_object() || overrides.is_null(), "model config overrides must be a JSON object of ",
+           "normalised keys, got ", overrides.dump());
   json j = c.to_json();
   for (const auto& [k, v] : overrides.items()) {
     if (!j.contains(k)) {
