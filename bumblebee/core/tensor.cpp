@@ -23,9 +23,24 @@ std::string shape_str(const Shape& s) {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    BB_CHECK(!__builtin_mul_overflow(n, d, &n), "shape ", shape_str(s), " has more elements than int64 can count");
   return n;
 }
+
+namespace {
+// Bytes of a new tensor, refusing shapes no machine could hold (their byte
+// count would wrap or pass kMaxTensorBytes) before any allocation or loop.
+size_t checked_nbytes(const Shape& shape, DType dtype) {
+  constexpr int64_t kMaxTensorBytes = int64_t(1) << 50;   // 1 PiB
+  for (int64_t d : shape) BB_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  int64_t bytes = 0;
+  BB_CHECK(!__builtin_mul_overflow(shape_numel(shape), int64_t(dtype_size(dtype)), &bytes) && bytes <= kMaxTensorBytes,
+           "a ", dtype_name(dtype), " tensor of shape ", shape_str(shape), " would take more than ", kMaxTensorBytes,
+           " bytes");
+  return size_t(bytes);
+}
+}  // namespace
 
 Storage::Storage(size_t nbytes, Device dev) : data_(device_alloc(nbytes, dev)), nbytes_(nbytes), device_(dev) {}
 
@@ -37,11 +52,11 @@ Storage::~Storage() {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device dev) {
-  for (int64_t d : shape) BB_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  const size_t nbytes = checked_nbytes(shape, dtype);
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), dev);
+  t.storage_ = std::make_shared<Storage>(nbytes, dev);
   return t;
 }
 
@@ -55,7 +70,7 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device dev, std
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(data, size_t(shape_numel(shape)) * dtype_size(dtype), dev, std::move(owner));
+  t.storage_ = std::make_shared<Storage>(data, checked_nbytes(shape, dtype), dev, std::move(owner));
   return t;
 }
 

@@ -20,7 +20,7 @@ namespace bb {
 
 using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);   // "[2, 3, 4]"
-int64_t shape_numel(const Shape& s);
+int64_t shape_numel(const Shape& s);   // fails naming the shape when the product overflows int64
 
 // A block of bytes on one device; frees itself when the last Tensor lets go.
 class Storage {

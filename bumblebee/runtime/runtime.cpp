@@ -112,9 +112,19 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   const std::string config_path = cfg_.hf_path + "/config.json";
   BB_CHECK(std::filesystem::exists(config_path), "no config.json in hf_path ", cfg_.hf_path);
   st->hf_config = read_json_file(config_path);
-  const std::string model_type = st->hf_config.value("model_type", std::string());
+  BB_CHECK(st->hf_config.is_object(), config_path, ": not a JSON object");
+  const auto type_it = st->hf_config.find("model_type");
+  const bool typed = type_it != st->hf_config.end() && !type_it->is_null();
+  BB_CHECK(!typed || type_it->is_string(), config_path, ": 'model_type' = ", type_it->dump(), ": must be a string");
+  const std::string model_type = typed ? type_it->get<std::string>() : std::string();
   st->protocol = resolve_model(bcfg.model_name, bcfg.impl, model_type);
-  const nlohmann::json model_cfg = st->protocol->build_model_config(st->hf_config, bcfg.model_overrides);
+  // Model packages parse json, not files: the file's path is added here.
+  nlohmann::json model_cfg;
+  try {
+    model_cfg = st->protocol->build_model_config(st->hf_config, bcfg.model_overrides);
+  } catch (const Error& e) {
+    throw Error(config_path + ": " + e.what());
+  }
   st->context = std::make_shared<ParallelContext>(parallel_);
 
   BuildContext ctx;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "bumblebee/core/tensor.h"
@@ -163,6 +164,33 @@ TEST(Tensor, ErrorsNameTheProblem) {
   EXPECT_NO_THROW(check_dtype(t, DType::F32, "x"));
   EXPECT_NO_THROW(check_same_device(t, Tensor::zeros({1}, DType::F64), "x"));
   EXPECT_THROW(check_shape(Tensor(), {1}, "x"), Error);
+}
+
+// Shapes whose element or byte count would wrap are refused, naming the shape,
+// before any allocation (a wrapped count once made an init loop run for ever).
+TEST(Tensor, OverflowingShapesAreRefusedBeforeAllocation) {
+  const int64_t big = int64_t(1) << 62;
+  struct Row {
+    std::function<void()> make;
+    std::string words;
+  };
+  const std::vector<Row> rows = {
+      {[] { shape_numel({int64_t(1) << 32, int64_t(1) << 32}); }, "shape [4294967296, 4294967296] has more elements"},
+      {[=] { shape_numel({big, 4}); }, "shape [4611686018427387904, 4] has more elements than int64"},
+      {[=] { Tensor::empty({big, 48}, DType::F32); }, "shape [4611686018427387904, 48] has more elements"},
+      {[=] { Tensor::zeros({big}, DType::F32); }, "a float32 tensor of shape [4611686018427387904] would take more"},
+      {[] { Tensor::empty({int64_t(1) << 40, int64_t(1) << 20}, DType::BF16); }, "would take more than"},
+      {[] { Tensor::empty({2, -3}, DType::F32); }, "negative dimension in shape [2, -3]"},
+  };
+  for (const Row& r : rows) {
+    try {
+      r.make();
+      ADD_FAILURE() << "no error, expected '" << r.words << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(r.words), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(Tensor::empty({0, big}, DType::F64).numel(), 0);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Bad input to the runtime gets one clear error naming the cause.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -94,6 +95,70 @@ TEST_F(BrokenFixture, HeadsNotDivisibleByTpOnOneRankStillReported) {
   write_config(j);
   EXPECT_NE(build_error().find("num_attention_heads 5 is not divisible by num_key_value_heads 2"), std::string::npos)
       << build_error();
+}
+
+// Bad config.json values fail through the runtime naming the file, the key and
+// the value as written. With random init (no weights read) the sizes that used
+// to wrap the element count and loop for ever fail before anything is built.
+TEST_F(BrokenFixture, BadConfigValuesNameFileKeyAndValue) {
+  struct Row {
+    std::string pointer;
+    nlohmann::json value;
+    std::string words;
+  };
+  const std::vector<Row> rows = {
+      {"/vocab_size", int64_t(1) << 62, "'vocab_size' = 4611686018427387904"},
+      {"/hidden_size", int64_t(1) << 40, "'hidden_size' = 1099511627776"},
+      {"/num_hidden_layers", int64_t(1) << 31, "'num_hidden_layers' = 2147483648"},
+      {"/vocab_size", UINT64_MAX, "'vocab_size' = 18446744073709551615"},
+      {"/rope_parameters/rope_theta", 0, "'rope_parameters.rope_theta' = 0"},
+      {"/rope_parameters/rope_type", "llama3", "llama3 rope scaling lacks 'factor'"},
+      {"/rms_norm_eps", "1e-6", "'rms_norm_eps' = \"1e-6\""},
+      {"/tie_word_embeddings", "true", "'tie_word_embeddings' = \"true\""},
+      {"/model_type", 7, "'model_type' = 7"},
+  };
+  const nlohmann::json original = config();
+  BBConfig b;
+  b.load_hf_weights = false;
+  for (const Row& r : rows) {
+    nlohmann::json j = original;
+    j[nlohmann::json::json_pointer(r.pointer)] = r.value;
+    write_config(j);
+    const std::string e = build_error(b);
+    EXPECT_NE(e.find((dir_ / "config.json").string() + ": "), std::string::npos) << r.pointer << ": " << e;
+    EXPECT_NE(e.find(r.words), std::string::npos) << r.pointer << ": expected '" << r.words << "' in '" << e << "'";
+  }
+}
+
+// A loaded weight must be floating point and finite; the error names the tensor.
+TEST_F(BrokenFixture, BadWeightsNameTheTensor) {
+  const std::string norm = "model.norm.weight", down = "model.layers.1.mlp.down_proj.weight";
+  const std::vector<std::pair<std::function<void(Tensor&)>, std::string>> rows = {
+      {[](Tensor& t) { t = Tensor::zeros(t.shape(), DType::I32); },
+       "checkpoint tensor 'model.norm.weight' is stored as int32"},
+      {[](Tensor& t) { t = Tensor::zeros(t.shape(), DType::U8); },
+       "checkpoint tensor 'model.norm.weight' is stored as uint8"},
+      {[](Tensor& t) { static_cast<float*>(t.raw())[5] = std::nanf(""); },
+       "checkpoint tensor 'model.layers.1.mlp.down_proj.weight' holds a non-finite value (nan) at element 5"},
+      {[](Tensor& t) {
+         Tensor h = Tensor::empty(t.shape(), DType::F16);
+         h.copy_from(t);
+         static_cast<uint16_t*>(h.raw())[3] = 0x7c00;   // +Inf
+         t = h;
+       },
+       "checkpoint tensor 'model.layers.1.mlp.down_proj.weight' holds a non-finite value (inf) at element 3"},
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    fs::remove_all(dir_);
+    fs::copy(test::fixture_dir("qwen3_gqa"), dir_);
+    const std::string& target = i < 2 ? norm : down;
+    rewrite_weights([&](auto& t) {
+      for (auto& [n, v] : t)
+        if (n == target) rows[i].first(v);
+    });
+    const std::string e = build_error();
+    EXPECT_NE(e.find(rows[i].second), std::string::npos) << "expected '" << rows[i].second << "' in '" << e << "'";
+  }
 }
 
 TEST(BadBatch, TokenIdOutsideVocabulary) {

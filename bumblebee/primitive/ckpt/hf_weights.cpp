@@ -5,6 +5,35 @@
 
 namespace bb {
 
+namespace {
+// Index of the first element whose exponent bits are all ones (Inf or NaN),
+// or -1. Reads the stored bits, so no element is converted.
+template <typename Bits>
+int64_t first_non_finite(const Tensor& t, Bits exponent_mask) {
+  const auto* p = static_cast<const Bits*>(t.raw());
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i)
+    if ((p[i] & exponent_mask) == exponent_mask) return i;
+  return -1;
+}
+}  // namespace
+
+void check_loadable_weight(const std::string& hf_name, const Tensor& full) {
+  BB_CHECK(is_floating(full.dtype()), "checkpoint tensor '", hf_name, "' is stored as ", dtype_name(full.dtype()),
+           ", but it fills a floating-point parameter (integer weights are not cast)");
+  int64_t bad = -1;
+  switch (full.dtype()) {
+    case DType::F64: bad = first_non_finite<uint64_t>(full, 0x7ff0000000000000ull); break;
+    case DType::F32: bad = first_non_finite<uint32_t>(full, 0x7f800000u); break;
+    case DType::BF16: bad = first_non_finite<uint16_t>(full, uint16_t(0x7f80)); break;
+    case DType::F16: bad = first_non_finite<uint16_t>(full, uint16_t(0x7c00)); break;
+    default: break;
+  }
+  if (bad >= 0)
+    BB_FAIL("checkpoint tensor '", hf_name, "' holds a non-finite value (", full.flat_slice(bad, {1}).item(),
+            ") at element ", bad, " of shape ", shape_str(full.shape()));
+}
+
 Tensor shard_of_full(const Parameter& p, const Tensor& full) {
   // Byte copies in the checkpoint's dtype: exact, and no float64 copy of an
   // 8B model's tensors; the caller's copy_from casts once.

@@ -8,6 +8,12 @@
 
 namespace bb {
 
+// Checks a checkpoint tensor `hf_name` (host) before it fills a float
+// parameter: its dtype must be floating (an integer tensor would be cast
+// silently) and every value finite, one pass over the tensor. Every rank scans
+// the whole tensor, so all ranks fail alike and none waits in a collective.
+void check_loadable_weight(const std::string& hf_name, const Tensor& full);
+
 // This rank's part of a full tensor, as the parameter's local shape (host, in
 // the full tensor's dtype; vocabulary padding rows zero).
 Tensor shard_of_full(const Parameter& p, const Tensor& full);

@@ -52,7 +52,9 @@ void load_mapped_weights(ParamStore& store, const HFCheckpoint& ckpt, const Chec
     BB_CHECK(ckpt.has(rule.hf_name), "checkpoint ", ckpt.dir(), " lacks tensor '", rule.hf_name, "'");
     BB_CHECK(ckpt.shape(rule.hf_name) == p.full_shape, "checkpoint tensor '", rule.hf_name, "' has shape ",
              shape_str(ckpt.shape(rule.hf_name)), ", the model expects ", shape_str(p.full_shape));
-    p.value.copy_from(shard_of_full(p, ckpt.get(rule.hf_name)));
+    const Tensor full = ckpt.get(rule.hf_name);
+    check_loadable_weight(rule.hf_name, full);
+    p.value.copy_from(shard_of_full(p, full));
     loaded.insert(p.name);
   }
   for (const Parameter& p : store.params())

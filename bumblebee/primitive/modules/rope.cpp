@@ -2,12 +2,28 @@
 #include "bumblebee/primitive/modules/rope.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace bb {
 
+void check_rope_config(const RopeConfig& cfg) {
+  BB_CHECK(cfg.type == "default" || cfg.type == "llama3", "unsupported rope type '", cfg.type,
+           "' (supported: default, llama3)");
+  BB_CHECK(std::isfinite(cfg.theta) && cfg.theta > 0, "rope theta = ", cfg.theta, ": must be a finite number > 0");
+  if (cfg.type != "llama3") return;
+  for (auto [v, name] : {std::pair{cfg.factor, "factor"}, {cfg.low_freq_factor, "low_freq_factor"},
+                         {cfg.high_freq_factor, "high_freq_factor"}})
+    BB_CHECK(std::isfinite(v) && v > 0, "llama3 rope ", name, " = ", v, ": must be a finite number > 0");
+  BB_CHECK(cfg.high_freq_factor > cfg.low_freq_factor, "llama3 rope high_freq_factor ", cfg.high_freq_factor,
+           " must be greater than low_freq_factor ", cfg.low_freq_factor);
+  BB_CHECK(cfg.original_max_position_embeddings >= 1, "llama3 rope original_max_position_embeddings = ",
+           cfg.original_max_position_embeddings, ": must be >= 1");
+}
+
 Tensor rope_inv_freq(const RopeConfig& cfg, int64_t head_dim) {
-  BB_CHECK(head_dim % 2 == 0, "rotary embedding needs an even head_dim, got ", head_dim);
+  check_rope_config(cfg);
+  BB_CHECK(head_dim > 0 && head_dim % 2 == 0, "rotary embedding needs an even head_dim, got ", head_dim);
   const int64_t half = head_dim / 2;
   std::vector<double> f(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) f[size_t(i)] = 1.0 / std::pow(cfg.theta, double(2 * i) / double(head_dim));
@@ -24,8 +40,6 @@ Tensor rope_inv_freq(const RopeConfig& cfg, int64_t head_dim) {
         x = (1.0 - smooth) * x / cfg.factor + smooth * x;
       }
     }
-  } else {
-    BB_CHECK(cfg.type == "default", "unsupported rope type '", cfg.type, "' (supported: default, llama3)");
   }
   return Tensor::from_vector(f, {half});
 }

@@ -17,6 +17,11 @@ struct RopeConfig {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// Rejects parameters that would give non-finite or meaningless frequencies:
+// theta and the llama3 factors must be finite and > 0, high_freq_factor above
+// low_freq_factor, original_max_position_embeddings >= 1, the type known.
+void check_rope_config(const RopeConfig& cfg);
+
 // inv_freq[i] = theta^(-2i/D), then the llama3 wavelength-dependent scaling
 // when type == "llama3". Float64 host tensor of length D/2, computed in double.
 Tensor rope_inv_freq(const RopeConfig& cfg, int64_t head_dim);
