@@ -93,7 +93,7 @@ int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
   BB_CHECK(recovery.source != CheckpointRecovery::Source::None, "no training checkpoint at ", dir, " (nor at ", dir,
            ".tmp or ", dir, ".old)");
   ps.world().barrier();
-  if (ps.world_rank() == 0 && recovery.source != CheckpointRecovery::Source::Dir) {
+  if (ps.world_rank() == 0 && !recovery.note.empty()) {
     std::fprintf(stderr, "recovered an interrupted checkpoint save: %s\n", recovery.note.c_str());
     apply_checkpoint_recovery(dir, recovery);
   }

@@ -152,7 +152,9 @@ CheckpointRecovery plan_checkpoint_recovery(const std::string& dir) {
     const std::string problem = checkpoint_incompleteness(path);
     if (problem.empty()) {
       CheckpointRecovery r{source, ""};
-      if (source == Source::Tmp)
+      if (source == Source::Dir && exists(old))
+        r.note = "removed " + old + ", left behind by a swap that had finished";
+      else if (source == Source::Tmp)
         r.note = tmp + " is a complete save that was not swapped in; it becomes " + dir;
       else if (source == Source::Old)
         r.note = dir + (exists(dir) ? " is incomplete (" + checkpoint_incompleteness(dir) + "), moved to " + dir +
@@ -183,6 +185,8 @@ void apply_checkpoint_recovery(const std::string& dir, const CheckpointRecovery&
       fs::rename(dir, incomplete);
     }
     fs::rename(old, dir);
+  } else if (r.source == Source::Dir) {
+    fs::remove_all(old);
   }
 }
 

@@ -38,7 +38,7 @@ bool checkpoint_exists(const std::string& dir);
 struct CheckpointRecovery {
   enum class Source { None, Dir, Tmp, Old };
   Source source = Source::None;   // None: nothing was ever saved at `dir`
-  std::string note;               // for the log when a swap is recovered; empty otherwise
+  std::string note;               // for the log when a swap is recovered; empty when nothing is to be done
 };
 
 // Looks (without changing anything) at `dir`, `dir`.tmp and `dir`.old and picks
@@ -49,7 +49,8 @@ CheckpointRecovery plan_checkpoint_recovery(const std::string& dir);
 // Renames so that the checkpoint `r` chose is at `dir`: a complete DIR.tmp is
 // swapped in as a save would have; DIR.old is restored as DIR, an incomplete
 // DIR moved aside to DIR.incomplete (nothing is deleted that could be the only
-// copy of something). Run by one process.
+// copy of something); beside a complete DIR, a leftover DIR.old is removed as
+// the save would have. Run by one process.
 void apply_checkpoint_recovery(const std::string& dir, const CheckpointRecovery& r);
 
 }  // namespace bb
