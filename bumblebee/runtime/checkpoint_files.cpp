@@ -165,8 +165,8 @@ CheckpointRecovery plan_checkpoint_recovery(const std::string& dir) {
     }
     problems += (problems.empty() ? "" : "; ") + path + ": " + problem;
   }
-  BB_FAIL("no complete training checkpoint at ", dir, " to resume from: ", problems,
-          ". Remove it (and ", tmp, ", ", old, ") to start over");
+  BB_FAIL("no complete training checkpoint at ", dir, " to resume from: ", problems, ". To start over, remove ", dir,
+          ", ", tmp, " and ", old);
 }
 
 void apply_checkpoint_recovery(const std::string& dir, const CheckpointRecovery& r) {
