@@ -56,7 +56,9 @@ Manifest read_manifest(const std::string& dir) {
   Manifest m;
   const std::string path = dir + "/" + kCheckpointManifest;
   if (!fs::is_regular_file(path)) {
-    m.problem = std::string(kCheckpointManifest) + " is missing (a save writes it last)";
+    m.problem = std::string(kCheckpointManifest) + " is missing (a save writes it last" +
+                (fs::exists(dir + "/trainer_state.json") ? "; checkpoints of format version 2 and older have none)"
+                                                          : ")");
     return m;
   }
   try {

@@ -133,7 +133,7 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
   double first_loss = NAN, last_loss = NAN, last_valid = NAN, tokens_total = 0, train_seconds = 0, part_tokens = 0;
   int64_t skipped_updates = 0;
   for (const nlohmann::json& r : history) {
-    const double loss = r.value("loss", nlohmann::json()).is_number() ? r["loss"].get<double>() : NAN;
+    const double loss = r.contains("loss") && r["loss"].is_number() ? r["loss"].get<double>() : NAN;
     if (r.value("type", "") == "train") {
       if (train_curve.points.empty()) first_loss = loss;
       last_loss = loss;
