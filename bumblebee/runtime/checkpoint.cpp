@@ -5,13 +5,18 @@
 //   optimizer/rank-R-of-W.safetensors   master weights and Adam moments of rank R's slice
 //                                 of every trainable parameter group G ("G.master", "G.exp_avg", "G.exp_avg_sq")
 //   trainer_state.json            steps, scheduler steps and the parallel layout that wrote it
-// Every rank writes into DIR.tmp; after a barrier rank 0 moves an existing DIR
-// aside, renames DIR.tmp to DIR and only then deletes the old one.
+//   manifest.json                 size and CRC-32C of every other file, written last (checkpoint_files.h)
+// Every rank writes into DIR.tmp; after a barrier rank 0 writes the manifest,
+// moves an existing DIR aside, renames DIR.tmp to DIR and only then deletes the
+// old one. A load first recovers an interrupted swap, then verifies each file
+// it reads against the manifest before trusting a byte of it.
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 #include "bumblebee/primitive/ckpt/safetensors.h"
+#include "bumblebee/runtime/checkpoint_files.h"
 #include "bumblebee/runtime/model_state.h"
 #include "bumblebee/runtime/runtime.h"
 
@@ -21,11 +26,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// 2: optimizer state per parameter group.
-constexpr int kFormatVersion = 2;
+// 2: optimizer state per parameter group. 3: manifest.json with a checksum per file.
+constexpr int kFormatVersion = 3;
 
-std::string optimizer_file(const std::string& dir, int rank, int world) {
-  return dir + "/optimizer/rank-" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
+// Relative to the checkpoint directory, as the manifest names it.
+std::string optimizer_file(int rank, int world) {
+  return "optimizer/rank-" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
 }
 
 // What decides which slice of the optimizer state each rank holds.
@@ -55,7 +61,7 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
     state.insert(state.end(), {{name + ".master", g.master}, {name + ".exp_avg", g.exp_avg},
                                {name + ".exp_avg_sq", g.exp_avg_sq}});
   }
-  write_safetensors(optimizer_file(tmp, ps.world_rank(), ps.world_size()), state,
+  write_safetensors(tmp + "/" + optimizer_file(ps.world_rank(), ps.world_size()), state,
                     {{"steps_taken", std::to_string(opt.steps_taken())}});
   ps.world().barrier();
   if (root) {
@@ -64,7 +70,12 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
                             {"scheduler_steps", st.scheduler_steps},
                             {"layout", layout_of(ps, st)},
                             {"model_config", st.model->config()}};
-    std::ofstream(tmp + "/trainer_state.json") << state.dump(2) << "\n";
+    {
+      std::ofstream f(tmp + "/trainer_state.json");
+      f << state.dump(2) << "\n";
+      BB_CHECK(f.good(), "cannot write ", tmp, "/trainer_state.json");
+    }
+    write_checkpoint_manifest(tmp);
     const std::string old = dir + ".old";
     fs::remove_all(old);
     if (fs::exists(dir)) fs::rename(dir, old);
@@ -77,8 +88,18 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
 int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
   ModelState& st = h.state();
   dist::ParallelState& ps = *parallel_;
+  // Every rank looks before rank 0 renames anything, so all decide alike.
+  const CheckpointRecovery recovery = plan_checkpoint_recovery(dir);
+  BB_CHECK(recovery.source != CheckpointRecovery::Source::None, "no training checkpoint at ", dir, " (nor at ", dir,
+           ".tmp or ", dir, ".old)");
+  ps.world().barrier();
+  if (ps.world_rank() == 0 && !recovery.note.empty()) {
+    std::fprintf(stderr, "recovered an interrupted checkpoint save: %s\n", recovery.note.c_str());
+    apply_checkpoint_recovery(dir, recovery);
+  }
+  ps.world().barrier();
   const std::string state_path = dir + "/trainer_state.json";
-  BB_CHECK(fs::exists(state_path), "no training checkpoint at ", dir, " (", state_path, " is missing)");
+  verify_checkpoint_files(dir, {"trainer_state.json"});
   nlohmann::json state;
   try {
     state = nlohmann::json::parse(std::ifstream(state_path));
@@ -93,10 +114,14 @@ int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
              ", this run has ", k, "=", v.dump(), " (resharding on load is not supported yet)");
   BB_CHECK(state.at("model_config") == st.model->config(), "checkpoint ", dir,
            " holds a model with another config than the one built (compare trainer_state.json's model_config)");
+  const std::string shard = optimizer_file(ps.world_rank(), ps.world_size());
+  std::vector<std::string> files = checkpoint_files_under(dir, "model/");
+  files.push_back(shard);
+  verify_checkpoint_files(dir, files);
 
   st.protocol->load_hf_weights(*st.model, HFCheckpoint::open(dir + "/model"));
   DistributedOptimizer& opt = *st.optimizer;
-  const SafetensorsFile f = SafetensorsFile::open(optimizer_file(dir, ps.world_rank(), ps.world_size()));
+  const SafetensorsFile f = SafetensorsFile::open(dir + "/" + shard);
   for (DistributedOptimizer::GroupState& g : opt.groups()) {
     const std::string& group = g.group->name();
     for (auto [part, dst] : {std::pair<const char*, Tensor*>{"master", &g.master}, {"exp_avg", &g.exp_avg},

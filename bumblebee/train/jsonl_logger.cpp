@@ -8,8 +8,9 @@
 
 namespace bb::train {
 
-JsonlLogger::JsonlLogger(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
-  BB_CHECK(file_, "cannot create ", path, ": ", std::strerror(errno));
+JsonlLogger::JsonlLogger(const std::string& path, Mode mode)
+    : path_(path), file_(std::fopen(path.c_str(), mode == Mode::Append ? "a" : "w")) {
+  BB_CHECK(file_, "cannot open ", path, ": ", std::strerror(errno));
 }
 
 JsonlLogger::~JsonlLogger() {

@@ -10,8 +10,9 @@ namespace bb::train {
 
 class JsonlLogger {
  public:
-  // Creates (or truncates) `path`.
-  explicit JsonlLogger(const std::string& path);
+  enum class Mode { Truncate, Append };
+  // Creates `path`, truncating it or (a resumed run) appending to it.
+  JsonlLogger(const std::string& path, Mode mode);
   ~JsonlLogger();
   JsonlLogger(const JsonlLogger&) = delete;
   JsonlLogger& operator=(const JsonlLogger&) = delete;

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/train/crc32c.h"
+#include "bumblebee/core/crc32c.h"
 
 namespace bb::train {
 
@@ -106,8 +106,15 @@ std::string frame_tfrecord(const std::string& payload) {
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   const double t = now_seconds();
-  path_ = dir + "/events.out.tfevents." + std::to_string(int64_t(t)) + "." + host_name();
-  file_ = std::fopen(path_.c_str(), "wb");
+  const std::string base = dir + "/events.out.tfevents." + std::to_string(int64_t(t)) + "." + host_name();
+  // A resumed run writes a new file beside the earlier ones (TensorBoard reads
+  // them all); within the same second it takes the next free suffix, never
+  // overwriting ("x": fail if the file exists).
+  for (int n = 0;; ++n) {
+    path_ = n == 0 ? base : base + "." + std::to_string(n);
+    file_ = std::fopen(path_.c_str(), "wbx");
+    if (file_ || errno != EEXIST) break;
+  }
   BB_CHECK(file_, "cannot create TensorBoard event file ", path_, ": ", std::strerror(errno));
   write_record(encode_file_version_event(t));
 }

@@ -31,7 +31,8 @@ std::string frame_tfrecord(const std::string& payload);
 
 class TensorBoardWriter {
  public:
-  // Creates a new event file in `dir` (which must exist) and writes its file_version record.
+  // Creates a new event file in `dir` (which must exist), beside any earlier
+  // ones, and writes its file_version record.
   explicit TensorBoardWriter(const std::string& dir);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;

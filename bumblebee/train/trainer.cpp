@@ -10,9 +10,11 @@
 
 #include "bumblebee/core/error.h"
 #include "bumblebee/distributed/world.h"
+#include "bumblebee/runtime/checkpoint_files.h"
 #include "bumblebee/runtime/runtime.h"
 #include "bumblebee/train/jsonl_logger.h"
 #include "bumblebee/train/loss_plot.h"
+#include "bumblebee/train/metrics_history.h"
 #include "bumblebee/train/tensorboard_writer.h"
 #include "bumblebee/train/train_data.h"
 
@@ -36,8 +38,9 @@ void write_file_atomically(const std::string& path, const std::string& content) 
   fs::rename(tmp, path);
 }
 
-// Removes the event files, metrics and plot of an earlier run in `dir`: two
-// event files in one directory would merge into one TensorBoard run.
+// Removes the event files, metrics and plot of an earlier run in `dir` (a run
+// that does not resume): two event files in one directory would merge into
+// one TensorBoard run.
 int clear_earlier_outputs(const std::string& dir) {
   int removed = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -79,13 +82,9 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
     std::fflush(stdout);
   };
   const std::string out_dir = recipe.output_dir;
-  if (root) {
-    fs::create_directories(out_dir);
-    if (const int n = clear_earlier_outputs(out_dir))
-      log("replaced " + std::to_string(n) + " output files of an earlier run in " + out_dir);
-    write_file_atomically(out_dir + "/recipe.json", recipe.json.dump(2) + "\n");
-  }
-
+  // Nothing in out_dir is touched until the runtime and model configs are
+  // valid and the checkpoint (when resuming) has loaded: a run that fails
+  // before it trains leaves an earlier run's files as they were.
   const auto t_start = Clock::now();
   auto rt = create_runtime(recipe.runtime);
   ModelHandle h = rt->build_model();
@@ -106,20 +105,46 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
   const auto data = make_train_data(recipe, out_dir, h.model().vocab_size(), {h.dp_rank(), h.dp_size()}, log);
   const std::string checkpoint_dir = out_dir + "/checkpoint";
   int64_t first_step = 1;
-  if (tr.resume && fs::exists(checkpoint_dir + "/trainer_state.json")) {
+  // Anything a save left (even an incomplete one) is resumed or is an error:
+  // starting over would let the first save delete it.
+  const bool resumed = tr.resume && checkpoint_exists(checkpoint_dir);
+  if (resumed) {
     first_step = rt->load_checkpoint(h, checkpoint_dir) + 1;
     log("resumed from " + checkpoint_dir + " after step " + std::to_string(first_step - 1));
   }
 
   std::optional<JsonlLogger> metrics;
   std::optional<TensorBoardWriter> events;
+  std::vector<nlohmann::json> history;   // the metrics of the run's earlier parts
   if (root) {
-    metrics.emplace(out_dir + "/metrics.jsonl");
+    fs::create_directories(out_dir);
+    if (resumed) {
+      history = keep_metrics_through(out_dir + "/metrics.jsonl", first_step - 1);
+    } else if (const int n = clear_earlier_outputs(out_dir)) {
+      log("replaced " + std::to_string(n) + " output files of an earlier run in " + out_dir);
+    }
+    write_file_atomically(out_dir + "/recipe.json", recipe.json.dump(2) + "\n");
+    metrics.emplace(out_dir + "/metrics.jsonl", resumed ? JsonlLogger::Mode::Append : JsonlLogger::Mode::Truncate);
     events.emplace(out_dir);
   }
+  // The plot and the summary cover the whole run, earlier parts included (a
+  // non-finite loss was logged as null).
   LossCurve train_curve{"train", "#1f77b4", {}, false}, valid_curve{"valid", "#ff7f0e", {}, true};
-  double first_loss = NAN, last_loss = NAN, last_valid = NAN, tokens_total = 0, train_seconds = 0;
+  double first_loss = NAN, last_loss = NAN, last_valid = NAN, tokens_total = 0, train_seconds = 0, part_tokens = 0;
   int64_t skipped_updates = 0;
+  for (const nlohmann::json& r : history) {
+    const double loss = r.contains("loss") && r["loss"].is_number() ? r["loss"].get<double>() : NAN;
+    if (r.value("type", "") == "train") {
+      if (train_curve.points.empty()) first_loss = loss;
+      last_loss = loss;
+      train_curve.points.emplace_back(double(r["step"].get<int64_t>()), loss);
+      tokens_total += r.value("tokens", 0.0);
+      if (!r.value("update_successful", true)) ++skipped_updates;
+    } else if (r.value("type", "") == "valid") {
+      last_valid = loss;
+      valid_curve.points.emplace_back(double(r["step"].get<int64_t>()), loss);
+    }
+  }
   const auto t_train = Clock::now();
   auto train_mode = rt->train_mode(h);
   for (int64_t step = first_step; step <= tr.steps; ++step) {
@@ -134,8 +159,9 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
     train_seconds += step_seconds;
     const double tokens = h.dp_group().all_reduce_scalar(double(batch.total_tokens()));
     tokens_total += tokens;
+    part_tokens += tokens;
     const double tokens_per_s = tokens / step_seconds, elapsed = seconds_since(t_start);
-    if (step == first_step) first_loss = r.loss;
+    if (train_curve.points.empty()) first_loss = r.loss;
     last_loss = r.loss;
     if (!s.update_successful) ++skipped_updates;
     train_curve.points.emplace_back(double(step), r.loss);
@@ -195,7 +221,9 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
       {"valid_evaluations", valid_curve.points.size()},
       {"skipped_updates", skipped_updates},
       {"tokens", int64_t(tokens_total)},
-      {"tokens_per_s", tokens_total / train_seconds},
+      {"resumed_after_step", first_step - 1},
+      // Speed and times are of this part of the run only.
+      {"tokens_per_s", part_tokens / train_seconds},
       {"train_loop_s", loop_seconds},
       {"wall_time_s", seconds_since(t_start)},
       {"output_dir", out_dir}};
@@ -211,7 +239,7 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
                   "done: %lld steps in %.1fs | train loss %.4f -> %.4f (last-10 mean %.4f) | valid loss %.4f | "
                   "%.0f tokens/s | %s/{metrics.jsonl,loss.svg,final_metrics.json}",
                   (long long)tr.steps, seconds_since(t_start), first_loss, last_loss, tail_sum / double(tail),
-                  last_valid, tokens_total / train_seconds, out_dir.c_str());
+                  last_valid, part_tokens / train_seconds, out_dir.c_str());
     log(line);
   }
   return summary;

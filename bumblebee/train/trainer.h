@@ -10,7 +10,13 @@
 //   recipe.json                      the resolved recipe (every key), to rerun the same thing
 //   data/                            the tokenised data.jsonl (pretrain)
 //   hf/                              the trained model as an HF directory (output.save_hf)
-// Event files, metrics and plots of an earlier run in the same directory are replaced.
+// A run that does not resume replaces the event files, metrics and plots of an
+// earlier run in the same directory. A run that resumes (train.resume=true and
+// OUT/checkpoint, .tmp or .old exists) continues them: metrics.jsonl is cut
+// back to the checkpoint's step and appended to, a new event file is written
+// beside the earlier ones, and loss.svg and final_metrics.json cover the whole
+// run. Nothing in output.dir is touched before the configs are valid and the
+// checkpoint has loaded.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,10 +1,11 @@
 // Training checkpoints: stopping after 2 steps, saving, and resuming in a new
 // process gives the same losses and gradient norms as 4 uninterrupted steps,
 // on one rank and under tp=2 x dp=2; a layout mismatch is a clear error and
-// never harms the checkpoint.
+// never harms the checkpoint; a corrupt shard read by one rank ends every rank.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "tests/model/hf_fixture.h"
 #include "tests/tools/tool_runner.h"
@@ -47,6 +48,23 @@ TEST(CheckpointResume, OneRankContinuesExactly) { check_resume(1, 1); }
 
 #ifdef BB_WITH_MPI
 TEST(CheckpointResume, TensorAndDataParallelContinueExactly) { check_resume(4, 2); }
+
+// Only rank 3 reads its own shard: its error must end all four ranks, not leave three waiting.
+TEST(CheckpointResume, OneRanksCorruptShardEndsEveryRank) {
+  const fs::path ck = fs::temp_directory_path() / ("bb_resume_corrupt_" + std::to_string(::getpid()));
+  fs::remove_all(ck);
+  run_ok(correctness(4, 2, "steps=1 checkpoint_out=" + ck.string()));
+  const fs::path shard = ck / "optimizer" / "rank-3-of-4.safetensors";
+  std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(std::streamoff(fs::file_size(shard) - 1));
+  f.put('\x7f');
+  f.close();
+  const test::ToolResult r = test::run_command("timeout 120 " + correctness(4, 2, "steps=1 resume_from=" + ck.string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.code, 124) << "timed out: " << r.out;
+  EXPECT_NE(r.out.find("rank-3-of-4.safetensors is corrupt"), std::string::npos) << r.out;
+  fs::remove_all(ck);
+}
 #endif
 
 TEST(CheckpointResume, LayoutMismatchIsAnErrorAndKeepsTheCheckpoint) {

@@ -6,13 +6,14 @@
 #include <fstream>
 #include <sstream>
 
-#include "bumblebee/train/crc32c.h"
+#include "bumblebee/core/crc32c.h"
 #include "bumblebee/train/tensorboard_writer.h"
 #include "tests/data/data_test_support.h"
 
 namespace {
 
 using namespace bb::train;
+using bb::masked_crc32c;
 
 std::string bytes(std::initializer_list<int> v) {
   std::string s;
