@@ -10,6 +10,7 @@
 #include <map>
 
 #include "bumblebee/core/error.h"
+#include "bumblebee/core/input_file.h"
 #include "bumblebee/core/edit_distance.h"
 #include "bumblebee/runtime/config_schema.h"
 
@@ -425,8 +426,7 @@ Recipe recipe_from_json(const json& resolved) {
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
-  std::ifstream f(path);
-  BB_CHECK(f.good(), "cannot open recipe ", path);
+  std::ifstream f = open_input_file(path, "recipe");
   json file;
   try {
     file = json::parse(f);
