@@ -387,6 +387,8 @@ Recipe recipe_from_json(const json& resolved) {
   if (d.tokenizer.empty()) d.tokenizer = rc.hf_path + "/tokenizer.json";
   BB_CHECK(std::filesystem::exists(d.tokenizer), "tokenizer ", d.tokenizer,
            " does not exist (set data.tokenizer, or put tokenizer.json into model.hf_path)");
+  // The data files are checked here, before the run touches its output directory.
+  check_input_file(d.tokenizer, "data.tokenizer");
   d.jsonl = r.str("data.jsonl");
   d.jsonl_key = r.str("data.jsonl_key");
   d.sft_format = r.str("data.sft_format");
@@ -399,7 +401,9 @@ Recipe recipe_from_json(const json& resolved) {
            d.jsonl.empty() ? "neither" : "both", "; clear one with data.jsonl= or data.prefixes=)");
   BB_CHECK(d.kind == "pretrain" || !d.jsonl.empty(), "data.kind=sft builds conversations from data.jsonl; "
            "data.prefixes hold pretraining tokens only");
-  if (!d.jsonl.empty()) BB_CHECK(std::filesystem::exists(d.jsonl), "data.jsonl ", d.jsonl, " does not exist");
+  if (!d.jsonl.empty()) check_input_file(d.jsonl, "data.jsonl");
+  for (const std::string& prefix : d.prefixes)
+    for (const char* suffix : {".idx", ".bin"}) check_input_file(prefix + suffix, "data.prefixes dataset file");
   BB_CHECK(d.blend.empty() || d.blend.size() == d.prefixes.size(), "data.blend has ", d.blend.size(),
            " weights for ", d.prefixes.size(), " data.prefixes");
   double blend_total = 0;

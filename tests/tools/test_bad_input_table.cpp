@@ -32,6 +32,8 @@ struct Row {
   int ranks = 1;      // > 1: under mpirun
 };
 
+void PrintTo(const Row& row, std::ostream* os) { *os << row.tool << " " << row.args; }
+
 // Scratch inputs shared by the rows: the bad files and folders they name.
 const fs::path& scratch() {
   static const fs::path dir = [] {
@@ -76,9 +78,11 @@ std::string substitute(std::string s) {
 }
 
 const std::string kCorrectness = "hf_path={fx} tokens={fx}/tokens.json ";
-const std::string kBench = "backend=bb hf_path={fx} bench.seq_len=8 bench.steps=1 bench.warmup=0 ";
-const std::string kTrain = "recipe=recipes/qwen3_tiny_pretrain.json output.dir={tmp}/train_out train.steps=2 ";
-const std::string kSft = "recipe=recipes/qwen3_tiny_sft.json output.dir={tmp}/sft_out train.steps=2 ";
+const std::string kBench = "backend=bb hf_path={fx} bench.seq_len=8 bench.warmup=0 ";
+const std::string kTrain = "recipe=recipes/qwen3_tiny_pretrain.json output.dir={tmp}/train_out train.steps=2 "
+                           "optimizer.lr_warmup_steps=1 ";
+const std::string kSft = "recipe=recipes/qwen3_tiny_sft.json output.dir={tmp}/sft_out train.steps=2 "
+                         "optimizer.lr_warmup_steps=1 ";
 const std::string kPreprocess = "preprocess input=data/corpus.jsonl tokenizer=data/tokenizer.json out={tmp}/ds ";
 
 // Every float key of the runtime schema: none takes a non-finite value.
@@ -103,13 +107,15 @@ std::vector<Row> rows() {
       {"correctness_unknown_key", "bb-correctness", kCorrectness + "optimizer.learning_rate=1", 1,
        "unknown key 'optimizer.learning_rate'"},
       {"bench_unknown_key", "bb-bench", kBench + "bench.step=3", 1, "unknown key 'bench.step'; did you mean 'bench.steps'"},
-      {"train_unknown_key", "bb-train", kTrain + "train.step=3", 1, "'train.step'"},
+      {"train_unknown_key", "bb-train", kTrain + "train.step=3", 1,
+       "unknown recipe key 'train.step'; did you mean 'train.steps'"},
       {"data_unknown_key", "bb-data", kPreprocess + "worker=2", 1, "unknown key 'worker'; did you mean 'workers'"},
       {"key_given_twice", "bb-correctness", kCorrectness + "steps=1 steps=2", 1, "key 'steps' given twice"},
 
       // Non-finite floats are rejected at parse time, as written.
       {"bench_lr_inf", "bb-bench", kBench + "optimizer.lr=inf", 1, "'inf' is not a finite number"},
-      {"train_lr_inf", "bb-train", kTrain + "optimizer.lr=inf", 1, "optimizer.lr"},
+      {"train_lr_inf", "bb-train", kTrain + "optimizer.lr=inf", 1,
+       "recipe key 'optimizer.lr': 'inf' is not a finite number"},
       {"train_clip_grad_nan", "bb-train", kTrain + "optimizer.clip_grad=nan", 1, "'nan' is not a finite number"},
       {"correctness_clip_grad_minus_inf", "bb-correctness", kCorrectness + "optimizer.clip_grad=-inf", 1,
        "'-inf' is not a finite number"},
@@ -119,10 +125,12 @@ std::vector<Row> rows() {
        "'99999999999' does not fit in a 32-bit integer"},
       {"bench_tp_overflows_int32", "bb-bench", kBench + "backend.parallel.tp=99999999999", 1,
        "'99999999999' does not fit in a 32-bit integer"},
-      {"train_tp_overflows_int32", "bb-train", kTrain + "parallel.tp=99999999999", 1, "99999999999"},
+      {"train_tp_overflows_int32", "bb-train", kTrain + "parallel.tp=99999999999", 1,
+       "recipe key 'parallel.tp': '99999999999' does not fit in a 32-bit integer"},
       {"correctness_steps_overflow_int64", "bb-correctness", kCorrectness + "steps=99999999999999999999", 1,
        "'99999999999999999999' does not fit in a 64-bit integer"},
-      {"correctness_steps_negative", "bb-correctness", kCorrectness + "steps=-1", 1, "-1"},
+      {"correctness_steps_negative", "bb-correctness", kCorrectness + "steps=-1", 1,
+       "key 'steps': '-1' is out of range (needs steps >= 0)"},
       {"bench_steps_zero", "bb-bench", kBench + "bench.steps=0", 1, "bench.steps >= 1"},
       {"data_workers_zero", "bb-data", kPreprocess + "workers=0", 1, "workers >= 1"},
 
@@ -138,13 +146,13 @@ std::vector<Row> rows() {
        "safetensors file {tmp}/hf_index_shard_is_dir/shard-1.safetensors is a directory, not a file"},
       {"train_recipe_dir", "bb-train", "recipe={tmp}/adir", 1, "recipe {tmp}/adir is a directory, not a file"},
       {"train_data_jsonl_dir", "bb-train", kTrain + "data.jsonl={tmp}/adir", 1,
-       "{tmp}/adir is a directory, not a file"},
+       "data.jsonl {tmp}/adir is a directory, not a file"},
       {"train_tokenizer_dir", "bb-train", kTrain + "data.tokenizer={tmp}/adir", 1,
-       "tokenizer file {tmp}/adir is a directory, not a file"},
+       "data.tokenizer {tmp}/adir is a directory, not a file"},
       {"train_sft_data_jsonl_dir", "bb-train", kSft + "data.jsonl={tmp}/adir", 1,
        "data.jsonl {tmp}/adir is a directory, not a file"},
       {"train_dataset_idx_dir", "bb-train", kTrain + "data.jsonl= data.prefixes={tmp}/ds_idx_is_dir", 1,
-       "indexed dataset file {tmp}/ds_idx_is_dir.idx is a directory, not a file"},
+       "data.prefixes dataset file {tmp}/ds_idx_is_dir.idx is a directory, not a file"},
       {"data_input_dir", "bb-data", "preprocess input={tmp}/adir tokenizer=data/tokenizer.json out={tmp}/ds", 1,
        "JSONL input {tmp}/adir is a directory, not a file"},
       {"data_tokenizer_dir", "bb-data", "preprocess input=data/corpus.jsonl tokenizer={tmp}/adir out={tmp}/ds", 1,
@@ -156,7 +164,7 @@ std::vector<Row> rows() {
       {"correctness_tokens_missing", "bb-correctness", "hf_path={fx} tokens={tmp}/missing.json", 1,
        "tokens file {tmp}/missing.json does not exist"},
       {"correctness_hf_path_missing", "bb-correctness", "hf_path={tmp}/missing tokens={fx}/tokens.json", 1,
-       "{tmp}/missing"},
+       "no config.json in hf_path {tmp}/missing"},
       {"correctness_hf_path_without_config", "bb-correctness", "hf_path={tmp}/adir tokens={fx}/tokens.json", 1,
        "no config.json in hf_path {tmp}/adir"},
       {"correctness_config_not_json", "bb-correctness", "hf_path={tmp}/hf_config_not_json tokens={fx}/tokens.json",
@@ -170,7 +178,8 @@ std::vector<Row> rows() {
        1, "JSONL input {tmp}/missing.jsonl does not exist"},
       {"data_tokenizer_missing", "bb-data", "preprocess input=data/corpus.jsonl tokenizer={tmp}/missing.json out={tmp}/ds",
        1, "tokenizer file {tmp}/missing.json does not exist"},
-      {"data_inspect_missing", "bb-data", "inspect {tmp}/missing", 1, "{tmp}/missing"},
+      {"data_inspect_missing", "bb-data", "inspect {tmp}/missing", 1,
+       "indexed dataset file {tmp}/missing.idx does not exist"},
       {"data_out_required", "bb-data", "preprocess input=data/corpus.jsonl tokenizer=data/tokenizer.json", 1,
        "out= is missing"},
 
@@ -191,10 +200,12 @@ std::vector<Row> rows() {
        "token id 131 at position 2 is outside the vocabulary [0, 131)"},
 
       // Bad parallel sizes: tp larger than the world, tp not dividing the heads (on every rank, no hang).
-      {"correctness_tp_above_world_size", "bb-correctness", kCorrectness + "backend.parallel.tp=2", 1, "tp"},
-      {"bench_tp_above_world_size", "bb-bench", kBench + "backend.parallel.tp=2", 1, "tp"},
+      {"correctness_tp_above_world_size", "bb-correctness", kCorrectness + "backend.parallel.tp=2", 1,
+       "world size 1 is not divisible by tp*cp*pp = 2"},
+      {"bench_tp_above_world_size", "bb-bench", kBench + "backend.parallel.tp=2", 1,
+       "world size 1 is not divisible by tp*cp*pp = 2"},
       {"correctness_tp_not_dividing_heads", "bb-correctness", kCorrectness + "backend.parallel.tp=3", 1,
-       "not divisible", 3},
+       "num_attention_heads 4 is not divisible by tp 3", 3},
   };
   for (const char* key : kFloatKeys) {
     std::string name = std::string("correctness_nan_") + key;
