@@ -360,6 +360,7 @@ Recipe recipe_from_json(const json& resolved) {
   BB_CHECK(std::filesystem::exists(rc.hf_path + "/config.json"), "model.hf_path ", rc.hf_path,
            " holds no config.json (relative paths start at the working directory ",
            std::filesystem::current_path().string(), ")");
+  check_input_file(rc.hf_path + "/config.json", "model config");
 
   TrainRecipe& t = out.train;
   t.steps = r.integer("train.steps");

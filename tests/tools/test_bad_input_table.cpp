@@ -52,6 +52,9 @@ const fs::path& scratch() {
     write(d / "oov_id.json", "[[1, 2, 131]]");
     write(d / "ragged.json", "[[1, 2, 3], [1, 2]]");
     write(d / "strings.json", "[[\"a\", \"b\"]]");
+    write(d / "empty_row.json", "[[1, 2], []]");
+    write(d / "fraction.json", "[[1, 2.5]]");
+    write(d / "object.json", "{\"tokens\": [[1, 2]]}");
     write(d / "not_json.json", "{");
     const std::string config = fs::path(std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_gqa/config.json").string();
     // An HF folder whose single weights file, or the shard its index names, is a folder.
@@ -70,6 +73,13 @@ const fs::path& scratch() {
   }();
   return dir;
 }
+
+// The scratch folder goes when the test program ends.
+class RemoveScratch : public ::testing::Environment {
+ public:
+  void TearDown() override { fs::remove_all(scratch()); }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveScratch = ::testing::AddGlobalTestEnvironment(new RemoveScratch);
 
 std::string substitute(std::string s) {
   const std::string fx = std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_gqa";
@@ -144,6 +154,8 @@ std::vector<Row> rows() {
       {"correctness_index_shard_dir", "bb-correctness",
        "hf_path={tmp}/hf_index_shard_is_dir tokens={fx}/tokens.json", 1,
        "safetensors file {tmp}/hf_index_shard_is_dir/shard-1.safetensors is a directory, not a file"},
+      {"train_config_json_dir", "bb-train", kTrain + "model.hf_path={tmp}/hf_config_is_dir", 1,
+       "model config {tmp}/hf_config_is_dir/config.json is a directory, not a file"},
       {"train_recipe_dir", "bb-train", "recipe={tmp}/adir", 1, "recipe {tmp}/adir is a directory, not a file"},
       {"train_data_jsonl_dir", "bb-train", kTrain + "data.jsonl={tmp}/adir", 1,
        "data.jsonl {tmp}/adir is a directory, not a file"},
@@ -192,6 +204,12 @@ std::vector<Row> rows() {
       {"tokens_ragged", "bb-correctness", "hf_path={fx} tokens={tmp}/ragged.json", 1, "sequences differ in length"},
       {"tokens_not_integers", "bb-correctness", "hf_path={fx} tokens={tmp}/strings.json", 1,
        "token ids must be integers, got \"a\""},
+      {"tokens_empty_row", "bb-correctness", "hf_path={fx} tokens={tmp}/empty_row.json", 1,
+       "every entry must be a non-empty list of ids"},
+      {"tokens_fraction", "bb-correctness", "hf_path={fx} tokens={tmp}/fraction.json", 1,
+       "token ids must be integers, got 2.5"},
+      {"tokens_object", "bb-correctness", "hf_path={fx} tokens={tmp}/object.json", 1,
+       "must hold a non-empty list of token-id lists"},
       {"tokens_id_2_pow_64_minus_1", "bb-correctness", "hf_path={fx} tokens={tmp}/huge_id.json", 1,
        "token id 18446744073709551615 (row 0, position 1) is outside the vocabulary"},
       {"tokens_negative_id", "bb-correctness", "hf_path={fx} tokens={tmp}/negative_id.json", 1,
