@@ -24,9 +24,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
+#include "bumblebee/core/input_file.h"
 #include "bumblebee/distributed/world.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/runtime/config_schema.h"
@@ -38,8 +40,7 @@ using namespace bb;
 namespace {
 
 std::vector<std::vector<int64_t>> read_tokens(const std::string& path) {
-  std::ifstream f(path);
-  BB_CHECK(f.good(), "cannot open tokens file ", path);
+  std::ifstream f = open_input_file(path, "tokens file");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(f);
@@ -52,7 +53,11 @@ std::vector<std::vector<int64_t>> read_tokens(const std::string& path) {
     BB_CHECK(row.is_array() && !row.empty(), "tokens file ", path, ": every entry must be a non-empty list of ids");
     out.emplace_back();
     for (const auto& id : row) {
-      BB_CHECK(id.is_number_integer(), "tokens file ", path, ": token ids must be integers");
+      BB_CHECK(id.is_number_integer(), "tokens file ", path, ": token ids must be integers, got ", id.dump());
+      // JSON reads ids above 2^63-1 as unsigned; as int64 they would wrap and be reported as another id.
+      BB_CHECK(!id.is_number_unsigned() || id.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
+               "tokens file ", path, ": token id ", id.get<uint64_t>(), " (row ", out.size() - 1, ", position ",
+               out.back().size(), ") is outside the vocabulary");
       out.back().push_back(id.get<int64_t>());
     }
     BB_CHECK(out.back().size() == out.front().size(), "tokens file ", path, ": sequences differ in length (",

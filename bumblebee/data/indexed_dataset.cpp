@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "bumblebee/core/error.h"
+#include "bumblebee/core/input_file.h"
 
 namespace bb {
 
@@ -52,6 +53,7 @@ struct IndexedDataset::Mapping {
   size_t size = 0;
 
   explicit Mapping(const std::string& path) {
+    check_input_file(path, "indexed dataset file");
     const int fd = ::open(path.c_str(), O_RDONLY);
     BB_CHECK(fd >= 0, "cannot open ", path, ": ", std::strerror(errno));
     struct stat st {};

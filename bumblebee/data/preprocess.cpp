@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bumblebee/core/error.h"
+#include "bumblebee/core/input_file.h"
 #include "bumblebee/data/indexed_dataset_builder.h"
 
 namespace bb {
@@ -70,8 +71,7 @@ PreprocessStats preprocess_jsonl(const Tokenizer& tokenizer, const PreprocessOpt
              " (set eod_token= or append_eod=false)");
     eod = *id;
   }
-  std::ifstream in(opt.input, std::ios::binary | std::ios::ate);
-  BB_CHECK(in, "cannot open input ", opt.input);
+  std::ifstream in = open_input_file(opt.input, "JSONL input", std::ios::binary | std::ios::ate);
   PreprocessStats stats;
   PreprocessProgress progress;
   progress.total_bytes = int64_t(in.tellg());

@@ -1,11 +1,10 @@
 // Loading tokenizer.json into its pipeline parts, and the encode/decode pipeline.
 #include "bumblebee/data/tokenizer.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "bumblebee/core/error.h"
+#include "bumblebee/core/input_file.h"
 #include "bumblebee/data/added_vocabulary.h"
 #include "bumblebee/data/bpe.h"
 #include "bumblebee/data/byte_level.h"
@@ -161,11 +160,7 @@ void Tokenizer::Impl::parse_decoder(const json& j) const {
 }
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  BB_CHECK(in, "cannot open tokenizer file ", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return from_json(ss.str(), path);
+  return from_json(read_input_file(path, "tokenizer file"), path);
 }
 
 Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& source) {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "bumblebee/core/device_memory.h"
+#include "bumblebee/core/input_file.h"
 #include "bumblebee/distributed/world.h"
 #include "bumblebee/model/registry.h"
 #include "bumblebee/ops/attention_backend.h"
@@ -36,8 +37,7 @@ ModeGuard::~ModeGuard() { state_->training = previous_; }
 namespace {
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream f(path);
-  BB_CHECK(f.good(), "cannot open ", path);
+  std::ifstream f = open_input_file(path, "model config");
   try {
     return nlohmann::json::parse(f);
   } catch (const nlohmann::json::exception& e) {

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "bumblebee/core/error.h"
+#include "bumblebee/core/input_file.h"
 #include "bumblebee/core/edit_distance.h"
 #include "bumblebee/runtime/config_schema.h"
 
@@ -359,6 +360,7 @@ Recipe recipe_from_json(const json& resolved) {
   BB_CHECK(std::filesystem::exists(rc.hf_path + "/config.json"), "model.hf_path ", rc.hf_path,
            " holds no config.json (relative paths start at the working directory ",
            std::filesystem::current_path().string(), ")");
+  check_input_file(rc.hf_path + "/config.json", "model config");
 
   TrainRecipe& t = out.train;
   t.steps = r.integer("train.steps");
@@ -386,6 +388,8 @@ Recipe recipe_from_json(const json& resolved) {
   if (d.tokenizer.empty()) d.tokenizer = rc.hf_path + "/tokenizer.json";
   BB_CHECK(std::filesystem::exists(d.tokenizer), "tokenizer ", d.tokenizer,
            " does not exist (set data.tokenizer, or put tokenizer.json into model.hf_path)");
+  // The data files are checked here, before the run touches its output directory.
+  check_input_file(d.tokenizer, "data.tokenizer");
   d.jsonl = r.str("data.jsonl");
   d.jsonl_key = r.str("data.jsonl_key");
   d.sft_format = r.str("data.sft_format");
@@ -398,7 +402,9 @@ Recipe recipe_from_json(const json& resolved) {
            d.jsonl.empty() ? "neither" : "both", "; clear one with data.jsonl= or data.prefixes=)");
   BB_CHECK(d.kind == "pretrain" || !d.jsonl.empty(), "data.kind=sft builds conversations from data.jsonl; "
            "data.prefixes hold pretraining tokens only");
-  if (!d.jsonl.empty()) BB_CHECK(std::filesystem::exists(d.jsonl), "data.jsonl ", d.jsonl, " does not exist");
+  if (!d.jsonl.empty()) check_input_file(d.jsonl, "data.jsonl");
+  for (const std::string& prefix : d.prefixes)
+    for (const char* suffix : {".idx", ".bin"}) check_input_file(prefix + suffix, "data.prefixes dataset file");
   BB_CHECK(d.blend.empty() || d.blend.size() == d.prefixes.size(), "data.blend has ", d.blend.size(),
            " weights for ", d.prefixes.size(), " data.prefixes");
   double blend_total = 0;
@@ -425,8 +431,7 @@ Recipe recipe_from_json(const json& resolved) {
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
-  std::ifstream f(path);
-  BB_CHECK(f.good(), "cannot open recipe ", path);
+  std::ifstream f = open_input_file(path, "recipe");
   json file;
   try {
     file = json::parse(f);

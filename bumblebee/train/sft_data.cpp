@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bumblebee/core/error.h"
+#include "bumblebee/core/input_file.h"
 #include "bumblebee/core/rng.h"
 #include "bumblebee/data/gpt_dataset.h"
 
@@ -28,8 +29,7 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; 
 
 // Each line of the file as a JSON object; a bad line is a bb::Error with its number.
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream f(path);
-  BB_CHECK(f.good(), "cannot open data.jsonl ", path);
+  std::ifstream f = open_input_file(path, "data.jsonl");
   std::vector<nlohmann::json> out;
   std::string line;
   for (int64_t number = 1; std::getline(f, line); ++number) {

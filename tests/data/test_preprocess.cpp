@@ -102,6 +102,7 @@ TEST(Preprocess, OptionsAreChecked) {
             std::string::npos);
   opt.append_eod = false;
   opt.input = dir / "missing.jsonl";
-  EXPECT_NE(error_message([&] { bb::preprocess_jsonl(tok, opt, {}, {}); }).find("cannot open input"),
+  EXPECT_NE(error_message([&] { bb::preprocess_jsonl(tok, opt, {}, {}); })
+                .find("JSONL input " + opt.input + " does not exist"),
             std::string::npos);
 }

@@ -17,9 +17,17 @@ struct ToolResult {
   std::string out;   // stdout and stderr together
 };
 
-inline ToolResult run_command(const std::string& cmd) {
+// With timeout_s > 0 the command is killed after that many seconds (coreutils
+// `timeout`; exit code 124), so a test of an input that hangs fails instead of hanging.
+inline ToolResult run_command(const std::string& cmd, int timeout_s = 0) {
   ToolResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string bounded = cmd;
+  if (timeout_s > 0) {
+    std::string quoted;   // cmd as one single-quoted shell word
+    for (char c : cmd) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    bounded = "timeout --kill-after=10 " + std::to_string(timeout_s) + " bash -c '" + quoted + "'";
+  }
+  FILE* p = popen((bounded + " 2>&1").c_str(), "r");
   std::array<char, 4096> buf;
   while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
   const int status = pclose(p);

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bumblebee/core/input_file.h"
+
 namespace bb {
 
 namespace fs = std::filesystem;
@@ -38,8 +40,7 @@ std::string new_save_id() {
 }
 
 json read_index(const std::string& path) {
-  std::ifstream in(path);
-  BB_CHECK(in, "HF checkpoint index '", path, "': cannot open");
+  std::ifstream in = open_input_file(path, "HF checkpoint index");
   json index;
   try {
     index = json::parse(in);

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bumblebee/core/input_file.h"
+
 namespace bb {
 
 static_assert(std::endian::native == std::endian::little,
@@ -73,6 +75,7 @@ class Mapping {
 };
 
 std::shared_ptr<Mapping> map_file(const std::string& path, size_t* size) {
+  check_input_file(path, "safetensors file");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   BB_CHECK(fd >= 0, "safetensors file '", path, "': cannot open: ", std::strerror(errno));
   struct stat st {};

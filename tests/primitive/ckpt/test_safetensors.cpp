@@ -193,7 +193,7 @@ TEST_F(Safetensors, RejectsTruncatedHeaderAndTinyFiles) {
   expect_error([&] { SafetensorsFile::open(p); }, {"th.safetensors", "header length"});
   std::filesystem::resize_file(p, 5);
   expect_error([&] { SafetensorsFile::open(p); }, {"th.safetensors", "truncated", "5 bytes"});
-  expect_error([&] { SafetensorsFile::open(path("absent.safetensors")); }, {"absent.safetensors", "cannot open"});
+  expect_error([&] { SafetensorsFile::open(path("absent.safetensors")); }, {"safetensors file", "absent.safetensors", "does not exist"});
 }
 
 TEST_F(Safetensors, RejectsHeaderLengthBeyondFileOrLimit) {
