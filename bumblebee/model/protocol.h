@@ -114,10 +114,7 @@ class ModelChunk {
                           const GradReadyFn& on_grad_ready) = 0;
   // The auxiliary loss of the forward that filled `state` (not present for
   // models without one). Its gradient is part of backward.
-  virtual AuxLoss aux_loss(const ForwardState& state) const {
-    (void)state;
-    return {};
-  }
+  virtual AuxLoss aux_loss(const ForwardState& /*state*/) const { return {}; }
   // Full-vocabulary logits [T, V] of one microbatch (no gradients; gathered
   // over tp), for validation against a reference. Whole model only.
   virtual Tensor logits(const DeviceMicroBatch& mb) = 0;

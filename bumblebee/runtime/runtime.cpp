@@ -63,7 +63,7 @@ void check_backend(const RuntimeConfig& cfg) {
     BB_CHECK(v >= 1, "backend.parallel.", name, " must be >= 1, got ", v);
   BB_CHECK(p.pp == 1 && p.vpp == 1 && p.pp_layout.empty(), "pipeline parallelism (pp/vpp/pp_layout) is not implemented yet");
   BB_CHECK(p.cp == 1, "context parallelism (cp) is not implemented yet");
-  BB_CHECK(p.ep == 1 && (p.etp == 0 || p.etp == p.tp), "expert parallelism (ep/etp > 1) is not implemented yet");
+  BB_CHECK(p.ep == 1 && (p.etp == 0 || p.etp == p.tp), "expert parallelism (ep/etp) needs an MoE model, not implemented yet");
   if (b == "ref") {
     BB_CHECK(p.tp == 1, "backend=ref runs on one rank; backend.parallel.tp must be 1");
     BB_CHECK(Device::parse(cfg.backend_cfg.device).is_cpu(), "backend=ref runs on the CPU; use backend=bb for device=",

@@ -43,7 +43,9 @@ CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg) {
     }
     if (rule.hf_name != mlp_prefix(rule.layer) + "gate_proj.weight") continue;   // the MoE rules replace all three
     const int64_t i = rule.layer;
-    auto add = [&m, i](const std::string& name) { m.rules.push_back({name, name, ModelPart::Layer, i, ShardKind::Replicated}); };
+    auto add = [&m, i](const std::string& name) {
+      m.rules.push_back({name, name, ModelPart::Layer, i, ShardKind::Replicated});
+    };
     add(mlp_prefix(i) + "gate.weight");
     for (int64_t e = 0; e < cfg.num_experts; ++e)
       for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) add(expert_prefix(i, e) + proj + ".weight");

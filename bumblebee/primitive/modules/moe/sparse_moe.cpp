@@ -112,7 +112,7 @@ Tensor SparseMoE::backward(const Tensor& dy, const SequenceLayout&, std::unique_
   // Routing weights' gradients back to [T, k] (row i is token t's slot j).
   const std::vector<double> drw = drow_weights.to_doubles();
   std::vector<double> d_weights(size_t(r.tokens * r.top_k), 0.0);
-  for (int64_t i = 0; i < n; ++i) 
+  for (int64_t i = 0; i < n; ++i)
     d_weights[size_t(s.row_token[size_t(i)] * r.top_k + s.row_slot[size_t(i)])] = drw[size_t(i)];
   // The auxiliary loss through P: the same gradient for every token's probabilities.
   std::vector<double> d_probs;
