@@ -12,7 +12,9 @@
 //
 // FILE.json is a list of equal-length token-id lists (B sequences of T). Prints
 // one JSON object: loss (mean next-token cross entropy over B*(T-1)
-// positions), grad_norm, per_param_grad_norm (by HF name), losses (the loss
+// positions, plus router_aux_loss_coef x aux_loss for MoE models with
+// output_router_logits, which then also print aux_loss), grad_norm,
+// per_param_grad_norm (by HF name), losses (the loss
 // before each of N AdamW steps), and with logits_out the float32 logits
 // [B, T, V] raw little-endian. Under mpirun the sequences are split over dp
 // ranks and rank 0 prints. With rows_per_step=R, step s trains on rows
@@ -168,6 +170,8 @@ int run(int argc, char** argv) {
     if (step == 0) {
       double total_sq = 0;
       out["loss"] = res.loss;
+      // MoE models with output_router_logits: loss is HF's total (cross entropy + coef x aux_loss).
+      if (res.metrics.count("aux_loss")) out["aux_loss"] = res.aux_loss;
       out["per_param_grad_norm"] = per_param_grad_norms(*rt, h, total_sq);
       out["grad_norm"] = std::sqrt(total_sq);
     }

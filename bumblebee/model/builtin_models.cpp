@@ -3,12 +3,14 @@
 
 #include "bumblebee/model/llama/llama.h"
 #include "bumblebee/model/qwen3/qwen3.h"
+#include "bumblebee/model/qwen3_moe/qwen3_moe_protocol.h"
 
 namespace bb {
 
 void register_builtin_models() {
   register_qwen3();
   register_llama();
+  register_qwen3_moe();
 }
 
 }  // namespace bb

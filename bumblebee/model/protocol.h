@@ -38,6 +38,18 @@ struct DeviceMicroBatch {
   Tensor labels;        // [T] int64: label of position t is the next token of its sequence
   SequenceLayout seq;   // position_ids [T], cu_seqlens [S+1], max_seqlen
   int64_t num_tokens = 0;        // T, padding included
+  // This microbatch's share of the step's auxiliary loss (its loss tokens over
+  // the step's, all dp ranks): the MoE load-balancing loss is computed per
+  // microbatch and the step's is the weighted sum (see docs/models.md).
+  double aux_loss_weight = 1.0;
+};
+
+// The auxiliary loss of one microbatch's forward (MoE load balancing):
+// `value` as HF reports it (`aux_loss`), `loss` what the chunk's backward adds
+// to the objective (router_aux_loss_coef x aux_loss_weight x value).
+struct AuxLoss {
+  bool present = false;
+  double value = 0.0, loss = 0.0;
 };
 
 struct BuildContext {
@@ -100,6 +112,9 @@ class ModelChunk {
   // gradient must not change after the report.
   virtual Tensor backward(const DeviceMicroBatch& mb, const Tensor& grad_out, ForwardState& state,
                           const GradReadyFn& on_grad_ready) = 0;
+  // The auxiliary loss of the forward that filled `state` (not present for
+  // models without one). Its gradient is part of backward.
+  virtual AuxLoss aux_loss(const ForwardState& /*state*/) const { return {}; }
   // Full-vocabulary logits [T, V] of one microbatch (no gradients; gathered
   // over tp), for validation against a reference. Whole model only.
   virtual Tensor logits(const DeviceMicroBatch& mb) = 0;

@@ -533,4 +533,68 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   BB_DISPATCH_CUDA(adamw_step, param, grad, exp_avg, exp_avg_sq, hp);
 }
 
+// ---- MoE token permutation -----------------------------------------------------------------
+
+namespace {
+// token_of_row [N] against a token-major [T, H] tensor and a row-major [N, H] one.
+void check_rows(const char* op, const Tensor& tokens, const char* tokens_name, const Tensor& rows,
+                const char* rows_name, const Tensor& token_of_row) {
+  expect_dim(op, tokens, tokens_name, 2);
+  expect_dim(op, rows, rows_name, 2);
+  expect_dim(op, token_of_row, "token_of_row", 1);
+  expect_index(op, token_of_row, "token_of_row");
+  BB_CHECK(token_of_row.size(0) == rows.size(0), op, ": token_of_row has ", token_of_row.size(0),
+           " rows but '", rows_name, "' has ", rows.size(0));
+  BB_CHECK(tokens.size(1) == rows.size(1), op, ": '", tokens_name, "' has ", tokens.size(1), " columns but '",
+           rows_name, "' has ", rows.size(1));
+}
+
+[[noreturn]] void no_cuda_kernel(const char* op) {
+  BB_FAIL(op, ": the CUDA backend has no MoE permutation kernel yet (CPU only)");
+}
+}  // namespace
+
+void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out) {
+  const char* op = "moe_permute";
+  const Device dev = common_device(op, {{x, "x"}, {token_of_row, "token_of_row"}, {out, "out"}});
+  check_rows(op, x, "x", out, "out", token_of_row);
+  if (!dev.is_cpu()) no_cuda_kernel(op);
+  expect_cpu_same_float(op, {{x, "x"}, {out, "out"}});
+  BB_DISPATCH_CPU(moe_permute, x, token_of_row, out);
+}
+
+void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx) {
+  const char* op = "moe_permute_backward";
+  const Device dev = common_device(op, {{dout, "dout"}, {token_of_row, "token_of_row"}, {dx, "dx"}});
+  check_rows(op, dx, "dx", dout, "dout", token_of_row);
+  if (!dev.is_cpu()) no_cuda_kernel(op);
+  expect_cpu_same_float(op, {{dout, "dout"}, {dx, "dx"}});
+  BB_DISPATCH_CPU(moe_permute_backward, dout, token_of_row, dx);
+}
+
+void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out) {
+  const char* op = "moe_unpermute";
+  const Device dev =
+      common_device(op, {{y, "y"}, {token_of_row, "token_of_row"}, {probs, "probs"}, {out, "out"}});
+  check_rows(op, out, "out", y, "y", token_of_row);
+  expect_shape(op, probs, "probs", {y.size(0)});
+  if (!dev.is_cpu()) no_cuda_kernel(op);
+  expect_cpu_same_float(op, {{y, "y"}, {probs, "probs"}, {out, "out"}});
+  BB_DISPATCH_CPU(moe_unpermute, y, token_of_row, probs, out);
+}
+
+void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
+                            Tensor& dy, Tensor& dprobs) {
+  const char* op = "moe_unpermute_backward";
+  const Device dev = common_device(op, {{dout, "dout"}, {y, "y"}, {token_of_row, "token_of_row"},
+                                        {probs, "probs"}, {dy, "dy"}, {dprobs, "dprobs"}});
+  check_rows(op, dout, "dout", y, "y", token_of_row);
+  expect_shape(op, probs, "probs", {y.size(0)});
+  expect_shape(op, dy, "dy", y.shape());
+  expect_shape(op, dprobs, "dprobs", probs.shape());
+  if (!dev.is_cpu()) no_cuda_kernel(op);
+  expect_cpu_same_float(op, {{dout, "dout"}, {y, "y"}, {probs, "probs"}, {dy, "dy"}, {dprobs, "dprobs"}});
+  BB_DISPATCH_CPU(moe_unpermute_backward, dout, y, token_of_row, probs, dy, dprobs);
+}
+
 }  // namespace bb::ops

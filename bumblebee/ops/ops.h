@@ -105,6 +105,20 @@ void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Ten
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
                             const Tensor& dloss, Tensor& dlogits);
 
+// ---- MoE token permutation ------------------------------------------------------------
+// A routing assigns each token to k experts; its N = T*k (token, expert) pairs
+// are rows, sorted by expert, and `token_of_row` [N] (int32/int64) names each
+// row's token. permute gathers the rows: out [N, H], out[i] = x[token_of_row[i]].
+// unpermute combines them back: out [T, H] = sum over the rows i of token t of
+// probs[i] * y[i] (probs [N], the routing weights). CPU only for now.
+void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out);
+// dx [T, H] = sum over the rows of each token of dout [N, H] (overwritten).
+void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx);
+void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out);
+// dy[i] = probs[i] * dout[token_of_row[i]],  dprobs[i] = dout[token_of_row[i]] . y[i] (both overwritten).
+void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
+                            Tensor& dy, Tensor& dprobs);
+
 // ---- optimizer ------------------------------------------------------------------------
 // One AdamW step with torch.optim.AdamW semantics over a flat buffer:
 //   p -= lr * wd * p;  g' = g * grad_scale;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2

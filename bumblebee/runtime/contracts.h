@@ -24,6 +24,9 @@ struct ForwardResult {
   std::vector<ModelOutputs> model_output;                  // one per microbatch
   std::map<std::string, std::vector<double>> metrics;      // per-microbatch lists, e.g. metrics["loss"]
   double loss = 0.0;                                        // loss over the whole batch (all dp ranks)
+  // MoE models with output_router_logits: the load-balancing auxiliary loss
+  // (HF's aux_loss); `loss` includes router_aux_loss_coef x it. 0 otherwise.
+  double aux_loss = 0.0;
   int64_t num_tokens = 0;                                   // loss tokens over the whole batch
 };
 

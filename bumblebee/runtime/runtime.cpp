@@ -197,6 +197,8 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   // The built-in loss is the mean over every loss token of the global batch,
   // so any split over microbatches and dp ranks gives the same gradients.
   const double global_tokens = parallel_->dp().all_reduce_scalar(local_tokens);
+  for (PreparedMicroBatch& pm : prepared)
+    pm.device.aux_loss_weight = global_tokens > 0 ? pm.loss_tokens / global_tokens : 0.0;
 
   ForwardResult result;
   result.num_tokens = int64_t(global_tokens);
@@ -251,6 +253,18 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
     for (int64_t t = 0; t < pm.real_tokens; ++t) d[size_t(t)] = -lo.grad_log_probs[size_t(t)];
     return Tensor::from_doubles(d, {pm.device.num_tokens}, loss_dt).to(device_);
   };
+  // The auxiliary loss (MoE load balancing) is a scalar per microbatch beside
+  // the per-token loss: weighted by each microbatch's share of the step's loss
+  // tokens, summed over microbatches and dp ranks (docs/models.md).
+  bool has_aux = false;
+  double local_aux = 0, local_aux_loss = 0;
+  hooks.aux_loss = [&](size_t i, const AuxLoss& aux) {
+    if (!aux.present) return;
+    has_aux = true;
+    result.metrics["aux_loss"].push_back(aux.value);
+    local_aux += prepared[i].device.aux_loss_weight * aux.value;
+    local_aux_loss += aux.loss;
+  };
   DistributedOptimizer& opt = *st.optimizer;
   if (!forward_only) opt.invalidate_grads();
   // The last microbatch's backward reports finished parameters so their buckets' dp reduction overlaps the rest.
@@ -271,6 +285,10 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
     result.loss = parallel_->dp().all_reduce_scalar(local_loss_sum) / double(parallel_->dp_size() * mbs.size());
   } else {
     result.loss = global_tokens > 0 ? parallel_->dp().all_reduce_scalar(local_loss_sum) / global_tokens : 0.0;
+  }
+  if (has_aux) {
+    result.aux_loss = parallel_->dp().all_reduce_scalar(local_aux);
+    result.loss += parallel_->dp().all_reduce_scalar(local_aux_loss);
   }
   return result;
 }

@@ -13,6 +13,7 @@ void run_sequential_schedule(ModelChunk& chunk, const std::vector<PreparedMicroB
     std::unique_ptr<ForwardState> state;
     const Tensor token_loss = chunk.forward(mb, Tensor(), fused, state);
     const Tensor dloss = hooks.loss(i, token_loss);
+    if (hooks.aux_loss) hooks.aux_loss(i, chunk.aux_loss(*state));
     if (forward_only) continue;
     const bool last = i + 1 == microbatches.size();
     chunk.backward(mb, fused.defined() ? fused : dloss, *state, last ? on_grad_ready : GradReadyFn());

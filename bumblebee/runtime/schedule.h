@@ -24,6 +24,8 @@ struct ScheduleHooks {
   // The last stage's per-token loss of microbatch i -> the gradient that
   // microbatch's backward starts from (ignored when forward_only).
   std::function<Tensor(size_t i, const Tensor& token_loss)> loss;
+  // The auxiliary loss of microbatch i's forward (ModelChunk::aux_loss), on the stages that hold the loss.
+  std::function<void(size_t i, const AuxLoss& aux)> aux_loss;
 };
 
 void run_sequential_schedule(ModelChunk& chunk, const std::vector<PreparedMicroBatch>& microbatches,

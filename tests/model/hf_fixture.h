@@ -29,6 +29,18 @@ inline PackedBatch fixture_batch(const std::string& name) {
   return b;
 }
 
+// The name a parameter's gradient norm has in the fixture: its own, or for
+// experts stored fused (transformers 5's save_original_format=False) the
+// fused tensor that holds it (mlp.experts.gate_up_proj / mlp.experts.down_proj).
+inline std::string checkpoint_name(const std::string& param, const nlohmann::json& per_param) {
+  if (per_param.contains(param)) return param;
+  const size_t at = param.find(".mlp.experts.");
+  if (at == std::string::npos) return param;
+  const std::string experts = param.substr(0, at) + ".mlp.experts.";
+  if (param.find("down_proj") != std::string::npos) return experts + "down_proj";
+  return experts + "gate_up_proj";
+}
+
 inline std::vector<double> fixture_logits(const std::string& name) {
   std::ifstream f(fixture_dir(name) + "/logits_f64.bin", std::ios::binary);
   std::vector<double> v;
@@ -38,8 +50,9 @@ inline std::vector<double> fixture_logits(const std::string& name) {
 }
 
 inline const std::vector<std::string>& fixture_names() {
-  static const std::vector<std::string> n = {"qwen3_gqa", "qwen3_mha_sharded", "qwen3_tp", "llama3_gqa",
-                                             "llama3_tied_f16"};
+  static const std::vector<std::string> n = {"qwen3_gqa",       "qwen3_mha_sharded", "qwen3_tp",
+                                             "llama3_gqa",      "llama3_tied_f16",   "qwen3_moe_experts",
+                                             "qwen3_moe_fused", "qwen3_moe_mixed"};
   return n;
 }
 

@@ -3,11 +3,14 @@
 
 #include <functional>
 
+#include "bumblebee/primitive/modules/moe/router_aux_loss.h"
 #include "bumblebee/primitive/modules/parameter_init.h"
 
 namespace bb {
 
 struct Decoder::State : ForwardState {
+  SequenceLayout seq;                     // the microbatch's, with router_aux set
+  std::unique_ptr<RouterAuxLoss> router_aux;
   VocabParallelEmbedding::Saved embed;
   std::vector<std::unique_ptr<BlockState>> layers;
   RMSNorm::Saved norm;
@@ -70,10 +73,16 @@ Tensor Decoder::forward(const DeviceMicroBatch& mb, const Tensor& hidden_in, con
                         std::unique_ptr<ForwardState>& state) {
   auto st = std::make_unique<State>();
   st->layers.resize(layers_.size());
+  st->seq = mb.seq;
+  if (spec_.router_aux_loss) {
+    st->router_aux = std::make_unique<RouterAuxLoss>(spec_.router_aux_loss_coef * mb.aux_loss_weight);
+    st->seq.router_aux = st->router_aux.get();
+  }
   Tensor x = hidden_in;
   if (embed_) x = embed_->forward(mb.input_ids, ctx_.residual_dtype, st->embed);
   BB_CHECK(x.defined(), "a chunk without the embedding needs the previous stage's hidden states");
-  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->forward(x, mb.seq, st->layers[i]);
+  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->forward(x, st->seq, st->layers[i]);
+  if (st->router_aux) st->router_aux->finish();
   if (head_) x = head_->forward(norm_->forward(x, st->norm), mb.labels, dloss, st->head);
   state = std::move(st);
   return x;
@@ -91,13 +100,20 @@ Tensor Decoder::backward(const DeviceMicroBatch& mb, const Tensor& grad_out, For
     grads_ready(layer_first_param_.back(), store_.params().size(), on_grad_ready);
   }
   for (size_t i = layers_.size(); i-- > 0;) {
-    dx = layers_[i]->backward(dx, mb.seq, st.layers[i]);
+    dx = layers_[i]->backward(dx, st.seq, st.layers[i]);
     grads_ready(layer_first_param_[i], layer_first_param_[i + 1], on_grad_ready);
   }
   if (!embed_) return dx;
   embed_->backward(dx, st.embed);
   grads_ready(0, layer_first_param_.front(), on_grad_ready);
   return Tensor();
+}
+
+AuxLoss Decoder::aux_loss(const ForwardState& state) const {
+  const State& st = static_cast<const State&>(state);
+  if (!st.router_aux) return {};
+  const double v = st.router_aux->value();
+  return {true, v, st.router_aux->grad_scale() * v};
 }
 
 void Decoder::grads_ready(size_t first, size_t end, const GradReadyFn& on_grad_ready) {

@@ -27,6 +27,11 @@ struct DecoderSpec {
   double norm_eps = 1e-6;
   double initializer_range = 0.02;    // std of the normal init of every matrix
   bool tie_word_embeddings = false;
+  // MoE models with output_router_logits: every microbatch's forward records
+  // the load-balancing loss over all MoE layers (RouterAuxLoss), and the loss
+  // adds router_aux_loss_coef x it.
+  bool router_aux_loss = false;
+  double router_aux_loss_coef = 0.0;
   // Declares and builds decoder layer `layer`, its parameters named `prefix` + HF suffix.
   std::function<std::unique_ptr<Block>(ParamStore& store, const std::string& prefix, int64_t layer)> build_layer;
   // ModelChunk::train_flops of the whole model.
@@ -48,6 +53,7 @@ class Decoder : public ModelChunk {
                  std::unique_ptr<ForwardState>& state) override;
   Tensor backward(const DeviceMicroBatch& mb, const Tensor& grad_out, ForwardState& state,
                   const GradReadyFn& on_grad_ready) override;
+  AuxLoss aux_loss(const ForwardState& state) const override;
   Tensor logits(const DeviceMicroBatch& mb) override;
 
  private:

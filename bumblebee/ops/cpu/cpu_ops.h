@@ -66,4 +66,11 @@ void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tenso
 // adamw.cpp
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const ops::AdamWParams& hp);
 
+// moe_permute.cpp
+void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out);
+void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx);
+void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out);
+void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
+                            Tensor& dy, Tensor& dprobs);
+
 }  // namespace bb::cpu

@@ -18,11 +18,16 @@
 
 namespace bb {
 
+class RouterAuxLoss;   // primitive/modules/moe/router_aux_loss.h
+
 // Per-microbatch inputs shared by every layer: positions and sequence layout.
 struct SequenceLayout {
   Tensor position_ids;   // [T] int64 on the compute device
   Tensor cu_seqlens;     // [S+1] int32 on the compute device
   int64_t max_seqlen = 0;
+  // MoE models with the load-balancing loss: the microbatch's accumulator
+  // that every MoE layer records its router output into (null otherwise).
+  RouterAuxLoss* router_aux = nullptr;
 };
 
 struct BlockState {

@@ -27,6 +27,7 @@
 #include "bumblebee/primitive/modules/linear.h"
 #include "bumblebee/primitive/modules/lm_head.h"
 #include "bumblebee/primitive/modules/mlp.h"
+#include "bumblebee/primitive/modules/moe/sparse_moe.h"
 #include "bumblebee/primitive/modules/parameter_init.h"
 #include "bumblebee/primitive/modules/rope.h"
 #include "bumblebee/primitive/parallel/parallel_context.h"
@@ -63,6 +64,10 @@ class ModuleFixture {
   // Parameters "<prefix>gate_proj.weight", "<prefix>up_proj.weight", "<prefix>down_proj.weight".
   std::unique_ptr<SwiGLUMLP> make_mlp(int64_t hidden, int64_t ffn, const std::string& prefix = "") {
     return std::make_unique<SwiGLUMLP>(store_, prefix, hidden, ffn, pc_);
+  }
+  // Parameters "<prefix>gate.weight" (the router), "<prefix>experts.{e}.{gate,up,down}_proj.weight".
+  std::unique_ptr<SparseMoE> make_sparse_moe(const SparseMoEConfig& cfg, const std::string& prefix = "") {
+    return std::make_unique<SparseMoE>(store_, prefix, cfg, pc_);
   }
   // Parameters "<prefix>input_layernorm.weight", "<prefix>self_attn.*", "<prefix>mlp.*" (a SwiGLU MLP of
   // `ffn` features in the feed-forward slot); wrapped in Recompute when `recompute` is Full.

@@ -1,0 +1,116 @@
+// Qwen3-MoE checkpoint: the per-expert mapping, and loading of either expert layout.
+#include "bumblebee/model/qwen3_moe/qwen3_moe_checkpoint.h"
+
+#include <set>
+
+#include "bumblebee/model/dense/dense_checkpoint.h"
+
+namespace bb {
+
+namespace {
+std::string mlp_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + ".mlp."; }
+
+std::string expert_prefix(int64_t layer, int64_t e) {
+  return mlp_prefix(layer) + "experts." + std::to_string(e) + ".";
+}
+
+bool is_expert_rule(const WeightRule& rule) { return rule.native_name.find(".mlp.experts.") != std::string::npos; }
+
+Parameter& param_named(ParamStore& store, const std::string& name) {
+  for (Parameter& p : store.params())
+    if (p.name == name) return p;
+  BB_FAIL("the qwen3_moe checkpoint mapping names parameter '", name, "', which this chunk does not have");
+}
+
+void check_shape(const HFCheckpoint& ckpt, const std::string& name, const Shape& expected) {
+  BB_CHECK(ckpt.has(name), "checkpoint ", ckpt.dir(), " lacks tensor '", name, "'");
+  BB_CHECK(ckpt.shape(name) == expected, "checkpoint tensor '", name, "' has shape ", shape_str(ckpt.shape(name)),
+           ", the model expects ", shape_str(expected));
+}
+}  // namespace
+
+CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg) {
+  const CheckpointMapping dense = dense_checkpoint_mapping(cfg.dense);
+  CheckpointMapping m;
+  m.tied_embedding = dense.tied_embedding;
+  m.ignored = dense.ignored;
+  for (const WeightRule& rule : dense.rules) {
+    const bool moe_mlp = rule.part == ModelPart::Layer && cfg.is_moe_layer(rule.layer) &&
+                         rule.hf_name.rfind(mlp_prefix(rule.layer), 0) == 0;
+    if (!moe_mlp) {
+      m.rules.push_back(rule);
+      continue;
+    }
+    if (rule.hf_name != mlp_prefix(rule.layer) + "gate_proj.weight") continue;   // the MoE rules replace all three
+    const int64_t i = rule.layer;
+    auto add = [&m, i](const std::string& name) {
+      m.rules.push_back({name, name, ModelPart::Layer, i, ShardKind::Replicated});
+    };
+    add(mlp_prefix(i) + "gate.weight");
+    for (int64_t e = 0; e < cfg.num_experts; ++e)
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) add(expert_prefix(i, e) + proj + ".weight");
+  }
+  return m;
+}
+
+bool qwen3_moe_layer_is_fused(const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg, int64_t layer) {
+  const std::string gu = mlp_prefix(layer) + "experts.gate_up_proj", down = mlp_prefix(layer) + "experts.down_proj";
+  const bool fused_gu = ckpt.has(gu), fused_down = ckpt.has(down);
+  BB_CHECK(fused_gu == fused_down, "checkpoint ", ckpt.dir(), ": layer ", layer, " holds '",
+           fused_gu ? gu : down, "' but not '", fused_gu ? down : gu, "' (the fused expert layout needs both)");
+  if (!fused_gu) return false;
+  for (int64_t e = 0; e < cfg.num_experts; ++e)
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      const std::string name = expert_prefix(layer, e) + proj + ".weight";
+      BB_CHECK(!ckpt.has(name), "checkpoint ", ckpt.dir(), ": layer ", layer, " holds its experts both fused ('",
+               gu, "') and per expert ('", name, "')");
+    }
+  return true;
+}
+
+void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg,
+                            const LayerRange& range) {
+  const CheckpointMapping mapping = qwen3_moe_checkpoint_mapping(cfg);
+  std::set<int64_t> fused;
+  for (int64_t i = 0; i < cfg.dense.num_layers; ++i)
+    if (cfg.is_moe_layer(i) && qwen3_moe_layer_is_fused(ckpt, cfg, i)) fused.insert(i);
+  if (fused.empty()) {
+    load_mapped_weights(store, ckpt, mapping, range);
+    return;
+  }
+  // Some layer is fused: the experts are sliced here, the other tensors load
+  // whole (MoE models run with tp = 1) under the same checks as load_mapped_weights.
+  std::set<std::string> known(mapping.ignored.begin(), mapping.ignored.end()), loaded;
+  for (const WeightRule& rule : mapping.rules) {
+    known.insert(rule.hf_name);
+    if (!chunk_holds(mapping, rule, range) || (is_expert_rule(rule) && fused.count(rule.layer))) continue;
+    Parameter& p = param_named(store, rule.native_name);
+    check_shape(ckpt, rule.hf_name, p.full_shape);
+    p.value.copy_from(ckpt.get(rule.hf_name));
+    loaded.insert(p.name);
+  }
+  const int64_t e_count = cfg.num_experts, h = cfg.dense.hidden_size, f = cfg.moe_intermediate_size;
+  for (int64_t i : fused) {
+    const std::string gu_name = mlp_prefix(i) + "experts.gate_up_proj", down_name = mlp_prefix(i) + "experts.down_proj";
+    known.insert(gu_name);
+    known.insert(down_name);
+    if (!range.holds_layer(i)) continue;
+    check_shape(ckpt, gu_name, {e_count, 2 * f, h});
+    check_shape(ckpt, down_name, {e_count, h, f});
+    const Tensor gu = ckpt.get(gu_name).view({e_count * 2 * f, h});
+    const Tensor down = ckpt.get(down_name).view({e_count * h, f});
+    for (int64_t e = 0; e < e_count; ++e) {
+      const std::string p = expert_prefix(i, e);
+      param_named(store, p + "gate_proj.weight").value.copy_from(gu.narrow(e * 2 * f, f));
+      param_named(store, p + "up_proj.weight").value.copy_from(gu.narrow(e * 2 * f + f, f));
+      param_named(store, p + "down_proj.weight").value.copy_from(down.narrow(e * h, h));
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) loaded.insert(p + proj + ".weight");
+    }
+  }
+  for (const Parameter& p : store.params())
+    BB_CHECK(loaded.count(p.name), "parameter '", p.name, "' has no tensor in the model's checkpoint mapping");
+  for (const std::string& n : ckpt.names())
+    BB_CHECK(known.count(n), "checkpoint ", ckpt.dir(), " holds tensor '", n, "' that the model does not have");
+}
+
+}  // namespace bb

@@ -1,0 +1,29 @@
+// The HF checkpoint of Qwen3-MoE: the dense decoder's tensors
+// (dense_checkpoint.h) with each MoE layer's MLP replaced by
+//   model.layers.{i}.mlp.gate.weight                      [E, H]  the router
+//   model.layers.{i}.mlp.experts.{e}.gate_proj.weight     [I, H]  per expert (the hub layout)
+//   model.layers.{i}.mlp.experts.{e}.up_proj.weight       [I, H]
+//   model.layers.{i}.mlp.experts.{e}.down_proj.weight     [H, I]
+// or, as transformers 5 writes them with save_original_format=False, fused:
+//   model.layers.{i}.mlp.experts.gate_up_proj             [E, 2I, H]  expert e's gate rows, then its up rows
+//   model.layers.{i}.mlp.experts.down_proj                [E, H, I]
+// Native parameters are per expert under the hub names. Loading accepts
+// either layout per layer (a layer holding both is an error naming it);
+// export writes the per-expert layout. Everything is whole (tp = 1).
+#pragma once
+
+#include "bumblebee/model/qwen3_moe/qwen3_moe_config.h"
+#include "bumblebee/primitive/ckpt/weight_mapping.h"
+
+namespace bb {
+
+// The per-expert layout as a CheckpointMapping.
+CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg);
+
+// Whether MoE layer `layer` of `ckpt` is stored fused (errors when it holds both layouts or half of the fused one).
+bool qwen3_moe_layer_is_fused(const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg, int64_t layer);
+
+void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg,
+                            const LayerRange& range);
+
+}  // namespace bb

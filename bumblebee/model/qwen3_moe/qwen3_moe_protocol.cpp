@@ -1,0 +1,79 @@
+// Qwen3MoeProtocol: config parsing, construction from primitives, weights, registration.
+#include "bumblebee/model/qwen3_moe/qwen3_moe_protocol.h"
+
+#include "bumblebee/model/decoder/decoder.h"
+#include "bumblebee/model/qwen3_moe/qwen3_moe_checkpoint.h"
+#include "bumblebee/model/registry.h"
+#include "bumblebee/primitive/modules/decoder_layer.h"
+#include "bumblebee/primitive/modules/mlp.h"
+#include "bumblebee/primitive/modules/moe/sparse_moe.h"
+
+namespace bb {
+
+nlohmann::json Qwen3MoeProtocol::build_model_config(const nlohmann::json& hf_config,
+                                                    const nlohmann::json& overrides) const {
+  return parse_qwen3_moe_hf_config(hf_config, overrides).to_json();
+}
+
+double qwen3_moe_train_flops(const Qwen3MoeConfig& cfg, int64_t tokens, int64_t seq_len) {
+  const DenseConfig& d = cfg.dense;
+  const double h = double(d.hidden_size), q = double(d.num_heads * d.head_dim);
+  const double kv = double(d.num_kv_heads * d.head_dim);
+  double n = double(d.vocab_size) * h;
+  for (int64_t i = 0; i < d.num_layers; ++i) {
+    n += h * (q + 2 * kv) + q * h;
+    n += cfg.is_moe_layer(i) ? double(cfg.num_experts) * h +
+                                   double(cfg.num_experts_per_tok) * 3 * h * double(cfg.moe_intermediate_size)
+                             : 3 * h * double(d.intermediate_size);
+  }
+  const double attn = 6.0 * double(d.num_layers) * double(seq_len) * q;
+  return double(tokens) * (6.0 * n + attn);
+}
+
+std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& model_config,
+                                                          const BuildContext& ctx) const {
+  for (const auto& [k, v] : ctx.impl_cfg.items()) BB_FAIL("unknown impl_cfg key '", k, "' for qwen3_moe");
+  const Qwen3MoeConfig cfg = Qwen3MoeConfig::from_json(model_config);
+  const DenseConfig& d = cfg.dense;
+  ParallelContext& pc = *ctx.parallel;
+  DecoderLayerConfig lc;
+  lc.attention = {d.hidden_size, d.num_heads, d.num_kv_heads, d.head_dim, true, d.rms_norm_eps};
+  lc.attention.recompute_core_attention = ctx.recompute == RecomputeMode::Selective;
+  lc.norm_eps = d.rms_norm_eps;
+  const Tensor inv_freq = rope_inv_freq(d.rope, d.head_dim).to(ctx.device);
+  const BlockFactory dense_mlp = swiglu_mlp(d.hidden_size, d.intermediate_size, pc);
+  const BlockFactory moe = sparse_moe(
+      {d.hidden_size, cfg.moe_intermediate_size, cfg.num_experts, cfg.num_experts_per_tok, cfg.norm_topk_prob}, pc);
+
+  DecoderSpec spec;
+  spec.config = cfg.to_json();
+  spec.vocab_size = d.vocab_size;
+  spec.hidden_size = d.hidden_size;
+  spec.num_layers = d.num_layers;
+  spec.norm_eps = d.rms_norm_eps;
+  spec.initializer_range = d.initializer_range;
+  spec.tie_word_embeddings = d.tie_word_embeddings;
+  spec.router_aux_loss = cfg.output_router_logits;
+  spec.router_aux_loss_coef = cfg.router_aux_loss_coef;
+  spec.build_layer = [lc, &pc, inv_freq, dense_mlp, moe, cfg](ParamStore& store, const std::string& prefix,
+                                                             int64_t layer) {
+    return std::make_unique<DecoderLayer>(store, prefix, lc, pc, inv_freq, cfg.is_moe_layer(layer) ? moe : dense_mlp);
+  };
+  spec.train_flops = [cfg](int64_t tokens, int64_t seq_len) { return qwen3_moe_train_flops(cfg, tokens, seq_len); };
+  return std::make_unique<Decoder>(std::move(spec), ctx);
+}
+
+void Qwen3MoeProtocol::load_hf_weights(ModelChunk& chunk, const HFCheckpoint& ckpt) const {
+  load_qwen3_moe_weights(chunk.params(), ckpt, Qwen3MoeConfig::from_json(chunk.config()), chunk.layers());
+}
+
+void Qwen3MoeProtocol::export_hf_weights(ModelChunk& chunk, ParallelContext& pc, const WeightSink& sink) const {
+  const Qwen3MoeConfig cfg = Qwen3MoeConfig::from_json(chunk.config());
+  export_mapped_weights(chunk.params(), pc.tp(), qwen3_moe_checkpoint_mapping(cfg), chunk.layers(), sink);
+}
+
+void register_qwen3_moe() {
+  register_model("qwen3_moe", {"qwen3_moe"}, {{"lite", std::make_shared<Qwen3MoeProtocol>()}});
+}
+
+}  // namespace bb

@@ -1,0 +1,135 @@
+// SparseMoE forward and backward: routing, permutation, the expert loop.
+#include "bumblebee/primitive/modules/moe/sparse_moe.h"
+
+#include <algorithm>
+
+#include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/modules/linear.h"
+#include "bumblebee/primitive/modules/moe/router_aux_loss.h"
+
+namespace bb {
+
+SparseMoE::SparseMoE(ParamStore& store, const std::string& prefix, const SparseMoEConfig& cfg, ParallelContext& pc)
+    : store_(&store),
+      cfg_(cfg),
+      router_(store, prefix + "gate.weight", {cfg.hidden, cfg.num_experts, cfg.top_k, cfg.norm_topk_prob}) {
+  BB_CHECK(pc.tp().size() == 1, "MoE layers do not support tensor parallelism yet (backend.parallel.tp = ",
+           pc.tp().size(), "); run with tp = 1");
+  BB_CHECK(pc.ep().size() == 1, "expert parallelism is not implemented yet (backend.parallel.ep = ", pc.ep().size(),
+           ")");
+  const ShardInfo whole{ShardKind::Replicated, 0, 1};
+  for (int64_t e = 0; e < cfg.num_experts; ++e) {
+    const std::string p = prefix + "experts." + std::to_string(e) + ".";
+    Expert x;
+    x.gate = &store.add(p + "gate_proj.weight", {cfg.moe_ffn, cfg.hidden}, whole, InitKind::Normal, ParamClass::Expert);
+    x.up = &store.add(p + "up_proj.weight", {cfg.moe_ffn, cfg.hidden}, whole, InitKind::Normal, ParamClass::Expert);
+    x.down = &store.add(p + "down_proj.weight", {cfg.hidden, cfg.moe_ffn}, whole, InitKind::Normal, ParamClass::Expert);
+    store.keep_together(*x.gate, *x.up);
+    experts_.push_back(x);
+  }
+}
+
+Tensor SparseMoE::forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) {
+  auto s = std::make_unique<Saved>();
+  s->x = x;
+  s->routing = router_.forward(x);
+  const Routing& r = s->routing;
+  const int64_t k = r.top_k, e_count = cfg_.num_experts;
+
+  // Rows sorted by expert; within an expert by top-k slot, then token (HF's order).
+  std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(e_count));
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t t = 0; t < r.tokens; ++t) rows_of[size_t(r.experts[size_t(t * k + j)])].push_back(t * k + j);
+  std::vector<int64_t>& token_of_row = s->row_token;
+  std::vector<double> row_weight;
+  s->offsets.assign(1, 0);
+  for (const auto& rows : rows_of) {
+    for (int64_t tk : rows) {
+      token_of_row.push_back(tk / k);
+      s->row_slot.push_back(tk % k);
+      row_weight.push_back(r.weights[size_t(tk)]);
+    }
+    s->offsets.push_back(int64_t(token_of_row.size()));
+  }
+  const int64_t n = int64_t(token_of_row.size());
+  s->token_of_row = Tensor::from_vector<int64_t>(token_of_row, {n}).to(x.device());
+  s->row_weights = Tensor::from_doubles(row_weight, {n}, x.dtype()).to(x.device());
+  s->x_perm = Tensor::empty({n, cfg_.hidden}, x.dtype(), x.device());
+  ops::moe_permute(x, s->token_of_row, s->x_perm);
+  s->y_perm = Tensor::empty({n, cfg_.hidden}, x.dtype(), x.device());
+  s->gate_up.resize(static_cast<size_t>(e_count));
+  s->h.resize(static_cast<size_t>(e_count));
+  for (int64_t e = 0; e < e_count; ++e) {
+    const int64_t rows = s->offsets[size_t(e + 1)] - s->offsets[size_t(e)];
+    if (rows == 0) continue;
+    const Expert& ex = experts_[size_t(e)];
+    const Tensor xe = s->x_perm.narrow(s->offsets[size_t(e)], rows);
+    s->gate_up[size_t(e)] = linear_forward(xe, store_->fused_value(*ex.gate, *ex.up));
+    s->h[size_t(e)] = Tensor::empty({rows, cfg_.moe_ffn}, x.dtype(), x.device());
+    ops::swiglu_forward(s->gate_up[size_t(e)], s->h[size_t(e)]);
+    Tensor ye = s->y_perm.narrow(s->offsets[size_t(e)], rows);
+    ye.copy_from(linear_forward(s->h[size_t(e)], ex.down->value));
+  }
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  ops::moe_unpermute(s->y_perm, s->token_of_row, s->row_weights, y);
+
+  // The auxiliary loss's P are the router probabilities (HF applies the
+  // softmax to the router logits once more, in load_balancing_loss_func).
+  // A recomputed forward finds the accumulator finished and adds nothing.
+  s->aux = seq.router_aux;
+  if (s->aux) s->aux->add_layer(r.probs, r.experts, r.tokens, e_count);
+  state = std::move(s);
+  return y;
+}
+
+Tensor SparseMoE::backward(const Tensor& dy, const SequenceLayout&, std::unique_ptr<BlockState>& state) {
+  BB_CHECK(state, "SparseMoE::backward without a saved forward");
+  Saved& s = static_cast<Saved&>(*state);
+  const Routing& r = s.routing;
+  const int64_t n = s.x_perm.size(0), e_count = cfg_.num_experts;
+  Tensor dy_perm = Tensor::empty({n, cfg_.hidden}, dy.dtype(), dy.device());
+  Tensor drow_weights = Tensor::empty({n}, dy.dtype(), dy.device());
+  ops::moe_unpermute_backward(dy, s.y_perm, s.token_of_row, s.row_weights, dy_perm, drow_weights);
+
+  Tensor dx_perm = Tensor::empty({n, cfg_.hidden}, dy.dtype(), dy.device());
+  for (int64_t e = 0; e < e_count; ++e) {
+    const int64_t rows = s.offsets[size_t(e + 1)] - s.offsets[size_t(e)];
+    if (rows == 0) continue;
+    const Expert& ex = experts_[size_t(e)];
+    const int64_t first = s.offsets[size_t(e)];
+    Tensor dh;
+    linear_backward(dy_perm.narrow(first, rows), s.h[size_t(e)], ex.down->value, ex.down->grad, dh, false);
+    Tensor dgu = Tensor::empty(s.gate_up[size_t(e)].shape(), dy.dtype(), dy.device());
+    ops::swiglu_backward(dh, s.gate_up[size_t(e)], dgu);
+    Tensor dw = store_->fused_grad(*ex.gate, *ex.up);
+    Tensor dxe;
+    linear_backward(dgu, s.x_perm.narrow(first, rows), store_->fused_value(*ex.gate, *ex.up), dw, dxe, false);
+    dx_perm.narrow(first, rows).copy_from(dxe);
+  }
+  Tensor dx = Tensor::empty(s.x.shape(), dy.dtype(), dy.device());
+  ops::moe_permute_backward(dx_perm, s.token_of_row, dx);
+
+  // Routing weights' gradients back to [T, k] (row i is token t's slot j).
+  const std::vector<double> drw = drow_weights.to_doubles();
+  std::vector<double> d_weights(size_t(r.tokens * r.top_k), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    d_weights[size_t(s.row_token[size_t(i)] * r.top_k + s.row_slot[size_t(i)])] = drw[size_t(i)];
+  // The auxiliary loss through P: the same gradient for every token's probabilities.
+  std::vector<double> d_probs;
+  if (s.aux && s.aux->grad_scale() != 0.0) {
+    const std::vector<double> g = s.aux->expert_grad();
+    d_probs.resize(r.probs.size());
+    for (int64_t t = 0; t < r.tokens; ++t) std::copy(g.begin(), g.end(), d_probs.begin() + t * e_count);
+  }
+  router_.backward(r, d_weights, d_probs, s.x, dx);
+  state.reset();
+  return dx;
+}
+
+BlockFactory sparse_moe(const SparseMoEConfig& cfg, ParallelContext& pc) {
+  return [cfg, &pc](ParamStore& store, const std::string& prefix) -> std::unique_ptr<Block> {
+    return std::make_unique<SparseMoE>(store, prefix, cfg, pc);
+  };
+}
+
+}  // namespace bb

@@ -1,0 +1,64 @@
+// SparseMoE: the mixture-of-experts feed-forward of Qwen3-MoE (HF's
+// Qwen3MoeSparseMoeBlock), a Block that fills a decoder layer's feed-forward
+// slot:
+//   route (TopKRouter) -> permute (each token's rows for its k experts,
+//   sorted by expert) -> per expert: down(silu(gate(x)) * up(x)) on its rows
+//   -> unpermute (rows summed back per token with the routing weights).
+// Parameters in HF's per-expert names: `mlp.gate.weight` [E, H] (dense), then
+// per expert `mlp.experts.{e}.gate_proj|up_proj.weight` [I, H] and
+// `down_proj.weight` [H, I] (ParamClass::Expert: their own parameter group).
+// The experts run as a loop of GEMMs over each expert's rows (a grouped GEMM
+// comes later); backward accumulates every expert's weight gradients and
+// takes the routing weights' gradients back into the router.
+//
+// When the layout carries a RouterAuxLoss (SequenceLayout::router_aux), the
+// block records its router output there in forward and adds the auxiliary
+// loss's gradient to its router's probabilities in backward.
+//
+// One rank per expert set for now: tp > 1 and ep > 1 are rejected with an
+// error (expert tensor and expert parallelism come with the dispatcher).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bumblebee/primitive/modules/block.h"
+#include "bumblebee/primitive/modules/moe/topk_router.h"
+#include "bumblebee/primitive/parallel/parallel_context.h"
+
+namespace bb {
+
+struct SparseMoEConfig {
+  int64_t hidden = 0, moe_ffn = 0, num_experts = 0, top_k = 0;
+  bool norm_topk_prob = false;
+};
+
+class SparseMoE : public Block {
+ public:
+  struct Saved : BlockState {
+    Tensor x, x_perm, y_perm, token_of_row, row_weights;
+    Routing routing;
+    std::vector<int64_t> offsets;         // [E + 1]: expert e's rows are [offsets[e], offsets[e + 1])
+    std::vector<int64_t> row_token;       // [N]: token_of_row on the host
+    std::vector<int64_t> row_slot;        // [N]: the row's position j in its token's top-k
+    std::vector<Tensor> gate_up, h;       // per expert with rows
+    RouterAuxLoss* aux = nullptr;
+  };
+  SparseMoE(ParamStore& store, const std::string& prefix, const SparseMoEConfig& cfg, ParallelContext& pc);
+  Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
+  Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
+
+ private:
+  struct Expert {
+    Parameter *gate, *up, *down;
+  };
+  ParamStore* store_;
+  SparseMoEConfig cfg_;
+  TopKRouter router_;
+  std::vector<Expert> experts_;
+};
+
+// The feed-forward slot filled with a SparseMoE block.
+BlockFactory sparse_moe(const SparseMoEConfig& cfg, ParallelContext& pc);
+
+}  // namespace bb
