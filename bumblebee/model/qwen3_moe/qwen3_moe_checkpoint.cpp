@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include "bumblebee/primitive/ckpt/hf_weights.h"
 #include "bumblebee/model/dense/dense_checkpoint.h"
 
 namespace bb {
@@ -86,7 +87,9 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
     if (!chunk_holds(mapping, rule, range) || (is_expert_rule(rule) && fused.count(rule.layer))) continue;
     Parameter& p = param_named(store, rule.native_name);
     check_shape(ckpt, rule.hf_name, p.full_shape);
-    p.value.copy_from(ckpt.get(rule.hf_name));
+    const Tensor full = ckpt.get(rule.hf_name);
+    check_loadable_weight(rule.hf_name, full);
+    p.value.copy_from(full);
     loaded.insert(p.name);
   }
   const int64_t e_count = cfg.num_experts, h = cfg.dense.hidden_size, f = cfg.moe_intermediate_size;
@@ -97,8 +100,11 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
     if (!range.holds_layer(i)) continue;
     check_shape(ckpt, gu_name, {e_count, 2 * f, h});
     check_shape(ckpt, down_name, {e_count, h, f});
-    const Tensor gu = ckpt.get(gu_name).view({e_count * 2 * f, h});
-    const Tensor down = ckpt.get(down_name).view({e_count * h, f});
+    const Tensor gu_full = ckpt.get(gu_name), down_full = ckpt.get(down_name);
+    check_loadable_weight(gu_name, gu_full);
+    check_loadable_weight(down_name, down_full);
+    const Tensor gu = gu_full.view({e_count * 2 * f, h});
+    const Tensor down = down_full.view({e_count * h, f});
     for (int64_t e = 0; e < e_count; ++e) {
       const std::string p = expert_prefix(i, e);
       param_named(store, p + "gate_proj.weight").value.copy_from(gu.narrow(e * 2 * f, f));
