@@ -430,18 +430,22 @@ Recipe recipe_from_json(const json& resolved) {
   return out;
 }
 
-Recipe load_recipe(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
-  std::ifstream f = open_input_file(path, "recipe");
+Recipe recipe_from_text(const std::string& text, const std::string& source,
+                        const std::vector<std::pair<std::string, std::string>>& overrides) {
   json file;
   try {
-    file = json::parse(f);
+    file = json::parse(text);
   } catch (const json::exception& e) {
-    BB_FAIL("recipe ", path, " is not valid JSON: ", e.what());
+    BB_FAIL("recipe ", source, " is not valid JSON: ", e.what());
   }
   json recipe = default_recipe_json();
-  merge_recipe_json(recipe, file, path);
+  merge_recipe_json(recipe, file, source);
   for (const auto& [key, value] : overrides) apply_recipe_override(recipe, key, value);
   return recipe_from_json(recipe);
+}
+
+Recipe load_recipe(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  return recipe_from_text(read_input_file(path, "recipe"), path, overrides);
 }
 
 }  // namespace bb::train
