@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz/ (clang, address + undefined-behaviour
 # sanitizers) into build-fuzz/ and runs each one for a bounded time, starting from its
-# committed seeds in tests/fuzz/corpus/<target>/. Fails on the first finding: a crash,
+# committed seeds in tests/fuzz/corpus/<target>/. Every target runs; the script fails
+# when any of them had a finding (each target stops at its first one): a crash,
 # a sanitizer report, a leak, an exception other than bb::Error, a run over
 # FUZZ_TIMEOUT seconds or one over FUZZ_RSS_MB of memory. A finding's input is kept
 # as build-fuzz/findings/<target>/crash-* (or leak-*, timeout-*, oom-*); replay it with
@@ -27,6 +28,7 @@ else
   targets=()
   for src in tests/fuzz/*.cpp; do targets+=("$(basename "$src" .cpp)"); done
 fi
+failed=()
 for t in "${targets[@]}"; do
   [ -d "tests/fuzz/corpus/$t" ] || { echo "fuzz: no seed corpus tests/fuzz/corpus/$t" >&2; exit 1; }
   mkdir -p "build-fuzz/corpus/$t" "build-fuzz/findings/$t"
@@ -37,8 +39,13 @@ for t in "${targets[@]}"; do
       -artifact_prefix="build-fuzz/findings/$t/" -print_final_stats=1 >"build-fuzz/$t.log" 2>&1; then
     tail -n 60 "build-fuzz/$t.log" >&2
     echo "fuzz: FINDING in $t; input kept in build-fuzz/findings/$t/, log in build-fuzz/$t.log" >&2
-    exit 1
+    failed+=("$t")
+    continue
   fi
   grep -E "^(Done|stat::number_of_executed_units)" "build-fuzz/$t.log" | tail -n 1
 done
+if ((${#failed[@]})); then
+  echo "fuzz: findings in ${failed[*]}" >&2
+  exit 1
+fi
 echo "fuzz: no findings in ${#targets[@]} targets"
