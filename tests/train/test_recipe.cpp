@@ -244,7 +244,7 @@ TEST(Recipe, OverlongPathsAreRecipeErrors) {
   const std::pair<const char*, const char*> rows[] = {
       {"model.hf_path", "holds no config.json"},
       {"data.tokenizer", "does not exist"},
-      {"data.jsonl", "does not exist"},
+      {"data.jsonl", "File name too long"},
   };
   for (const auto& [key, words] : rows) {
     json r = tiny_recipe();
