@@ -4,7 +4,8 @@
 # with /usr/local/cuda present the CUDA backend is built too.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libopenblas-dev libopenmpi-dev openmpi-bin
-          nlohmann-json3-dev libgtest-dev libpcre2-dev libutf8proc-dev python3 python3-venv)
+          nlohmann-json3-dev libgtest-dev libpcre2-dev libutf8proc-dev python3 python3-venv
+          clang libclang-rt-dev)   # clang + libFuzzer (libclang-rt-dev) for scripts/fuzz.sh
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

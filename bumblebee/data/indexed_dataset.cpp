@@ -93,11 +93,7 @@ bool is_token_dtype(uint8_t code) {
 
 }  // namespace
 
-IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
-  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  idx_ = std::make_unique<Mapping>(idx_path);
-  const char* p = idx_->data;
-  const size_t idx_size = idx_->size;
+IndexedDatasetIndex parse_indexed_dataset_index(const char* p, size_t idx_size, const std::string& idx_path) {
   BB_CHECK(idx_size >= kIndexHeaderBytes, idx_path, ": truncated index: ", idx_size, " bytes, the header alone is ",
            kIndexHeaderBytes);
   BB_CHECK(std::memcmp(p, kIndexMagic, sizeof(kIndexMagic)) == 0, idx_path,
@@ -108,7 +104,8 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   BB_CHECK(code >= 1 && code <= 8, idx_path, ": unknown dtype code ", int(code));
   BB_CHECK(is_token_dtype(code), idx_path, ": dtype ", indexed_dtype_name(IndexedDType(code)),
            " cannot hold token ids");
-  dtype_ = IndexedDType(code);
+  IndexedDatasetIndex out;
+  out.dtype = IndexedDType(code);
   const auto sequences = load<uint64_t>(p + 18);
   const auto doc_entries = load<uint64_t>(p + 26);
   // Bound the counts before multiplying so a hostile header cannot overflow the size arithmetic.
@@ -120,28 +117,47 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   BB_CHECK(idx_size == expected, idx_path, ": ", idx_size - expected, " unexpected bytes after the document indices",
            " (multimodal sequence modes are not supported)");
   BB_CHECK(doc_entries >= 1, idx_path, ": document_indices is empty (it must start with 0)");
-  sequence_count_ = int64_t(sequences);
-  document_count_ = int64_t(doc_entries) - 1;
-  lengths_ = p + kIndexHeaderBytes;
-  pointers_ = lengths_ + 4 * sequences;
-  doc_indices_ = pointers_ + 8 * sequences;
+  out.sequence_count = int64_t(sequences);
+  out.document_count = int64_t(doc_entries) - 1;
+  const char* lengths = p + kIndexHeaderBytes;
+  const char* pointers = lengths + 4 * sequences;
+  const char* doc_indices = pointers + 8 * sequences;
+  auto document_index = [&](int64_t d) { return load<int64_t>(doc_indices + 8 * d); };
 
   BB_CHECK(document_index(0) == 0, idx_path, ": document_indices starts at ", document_index(0), ", not 0");
-  for (int64_t d = 0; d < document_count_; ++d)
+  for (int64_t d = 0; d < out.document_count; ++d)
     BB_CHECK(document_index(d) <= document_index(d + 1), idx_path, ": document_indices decrease at document ", d);
-  BB_CHECK(document_index(document_count_) == sequence_count_, idx_path, ": document_indices ends at ",
-           document_index(document_count_), " but there are ", sequence_count_, " sequences");
+  BB_CHECK(document_index(out.document_count) == out.sequence_count, idx_path, ": document_indices ends at ",
+           document_index(out.document_count), " but there are ", out.sequence_count, " sequences");
+
+  const int64_t elem = int64_t(indexed_dtype_size(out.dtype));
+  int64_t offset = 0;
+  for (int64_t i = 0; i < out.sequence_count; ++i) {
+    const auto len = load<int32_t>(lengths + 4 * i);
+    const auto pointer = load<int64_t>(pointers + 8 * i);
+    BB_CHECK(len >= 0, idx_path, ": sequence ", i, " has negative length ", len);
+    BB_CHECK(pointer == offset, idx_path, ": sequence ", i, " starts at byte ", pointer,
+             " of the .bin, expected ", offset, " (sequences are stored back to back)");
+    offset += len * elem;
+  }
+  out.bin_bytes = offset;
+  return out;
+}
+
+IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
+  idx_ = std::make_unique<Mapping>(idx_path);
+  const IndexedDatasetIndex index = parse_indexed_dataset_index(idx_->data, idx_->size, idx_path);
+  dtype_ = index.dtype;
+  sequence_count_ = index.sequence_count;
+  document_count_ = index.document_count;
+  lengths_ = idx_->data + kIndexHeaderBytes;
+  pointers_ = lengths_ + 4 * sequence_count_;
+  doc_indices_ = pointers_ + 8 * sequence_count_;
 
   bin_ = std::make_unique<Mapping>(bin_path);
   const int64_t elem = int64_t(indexed_dtype_size(dtype_));
-  int64_t offset = 0;
-  for (int64_t i = 0; i < sequence_count_; ++i) {
-    const int32_t len = sequence_length(i);
-    BB_CHECK(len >= 0, idx_path, ": sequence ", i, " has negative length ", len);
-    BB_CHECK(sequence_pointer(i) == offset, idx_path, ": sequence ", i, " starts at byte ", sequence_pointer(i),
-             " of ", bin_path, ", expected ", offset, " (sequences are stored back to back)");
-    offset += len * elem;
-  }
+  const int64_t offset = index.bin_bytes;
   BB_CHECK(int64_t(bin_->size) == offset, bin_path, ": ", bin_->size, " bytes, but ", idx_path, " describes ", offset,
            " (", offset / elem, " ", indexed_dtype_name(dtype_), " tokens)",
            int64_t(bin_->size) < offset ? ": the .bin is truncated" : ": the .bin has extra bytes");

@@ -36,6 +36,16 @@ inline constexpr char kIndexMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0',
 inline constexpr uint64_t kIndexVersion = 1;
 inline constexpr size_t kIndexHeaderBytes = 9 + 8 + 1 + 8 + 8;
 
+// A PREFIX.idx held in memory, validated on its own: magic, version, dtype, the
+// counts against its size, document_indices, and sequence_pointers laid back to back.
+struct IndexedDatasetIndex {
+  IndexedDType dtype = IndexedDType::UInt16;
+  int64_t sequence_count = 0, document_count = 0;
+  int64_t bin_bytes = 0;   // the size PREFIX.bin must have
+};
+// `idx_path` names the index in errors. IndexedDataset's constructor validates through this.
+IndexedDatasetIndex parse_indexed_dataset_index(const char* data, size_t size, const std::string& idx_path);
+
 class IndexedDataset {
  public:
   // Opens PREFIX.idx and PREFIX.bin.

@@ -27,6 +27,18 @@ struct PreTokenizeStep {
   bool add_prefix_space = false;
 };
 
+// Ids index a table of the vocabulary, so a hostile id must not size it: the largest
+// vocabularies in use have a few hundred thousand tokens.
+constexpr int64_t kMaxTokenId = (int64_t(1) << 24) - 1;
+
+// A token id as written in `what`, checked to be an integer in [0, kMaxTokenId].
+int32_t token_id(const json& v, const std::string& source, const std::string& what) {
+  BB_CHECK(v.is_number_integer() && (v.is_number_unsigned() || v.get<int64_t>() >= 0) &&
+               v.get<uint64_t>() <= uint64_t(kMaxTokenId),
+           source, ": ", what, " has id ", v.dump(), ", expected an integer in [0, ", kMaxTokenId, "]");
+  return int32_t(v.get<int64_t>());
+}
+
 bool null_or_missing(const json& j, const char* key) { return !j.contains(key) || j[key].is_null(); }
 
 std::string type_of(const json& j, const std::string& source, const char* section) {
@@ -105,7 +117,8 @@ void Tokenizer::Impl::parse_model(const json& j) {
     BB_CHECK(null_or_missing(j, key) || j[key].get<std::string>().empty(), source, ": BPE ", key,
              " is not supported by byte-level BPE");
   std::unordered_map<std::string, int32_t> vocab;
-  for (const auto& [token, id] : j.at("vocab").items()) vocab.emplace(token, id.get<int32_t>());
+  for (const auto& [token, id] : j.at("vocab").items())
+    vocab.emplace(token, token_id(id, source, "vocab token '" + token + "'"));
   std::vector<std::pair<std::string, std::string>> merges;
   const json& merge_list = j.at("merges");
   merges.reserve(merge_list.size());
@@ -145,7 +158,8 @@ void Tokenizer::Impl::parse_post_processor(const json& j) {
       BB_CHECK(specials.contains(name), source, ": TemplateProcessing names special token '", name,
                "' missing from its special_tokens");
       for (const auto& id : specials[name].at("ids"))
-        (after_sequence ? template_suffix : template_prefix).push_back(id.get<int32_t>());
+        (after_sequence ? template_suffix : template_prefix)
+            .push_back(token_id(id, source, "post_processor special token '" + name + "'"));
     }
   } else {
     // ByteLevel only trims offsets, which ids do not carry.
@@ -185,7 +199,7 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
     for (const json& t : j.value("added_tokens", json::array())) {
       BB_CHECK(!t.value("single_word", false), source, ": added token '", t.value("content", ""),
                "' sets single_word, which is not supported");
-      added.push_back({t.at("id").get<int32_t>(), t.at("content").get<std::string>(), t.value("special", false),
+      added.push_back({token_id(t.at("id"), source, "added token " + t.dump()), t.at("content").get<std::string>(), t.value("special", false),
                        t.value("lstrip", false), t.value("rstrip", false)});
     }
     impl->added = AddedVocabulary(std::move(added));
@@ -197,14 +211,8 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
   for (const auto& [token, id] : impl->bpe->vocab()) max_id = std::max(max_id, id);
   for (const auto& t : impl->added.tokens()) max_id = std::max(max_id, t.id);
   impl->token_of_id.assign(size_t(max_id + 1), nullptr);
-  for (const auto& [token, id] : impl->bpe->vocab()) {
-    BB_CHECK(id >= 0, source, ": vocab token '", token, "' has negative id ", id);
-    impl->token_of_id[size_t(id)] = &token;
-  }
-  for (const auto& t : impl->added.tokens()) {
-    BB_CHECK(t.id >= 0, source, ": added token '", t.content, "' has negative id ", t.id);
-    impl->token_of_id[size_t(t.id)] = &t.content;
-  }
+  for (const auto& [token, id] : impl->bpe->vocab()) impl->token_of_id[size_t(id)] = &token;
+  for (const auto& t : impl->added.tokens()) impl->token_of_id[size_t(t.id)] = &t.content;
   for (int32_t id : impl->template_prefix)
     BB_CHECK(id >= 0 && id <= max_id, source, ": post_processor id ", id, " is outside the vocabulary");
   for (int32_t id : impl->template_suffix)

@@ -57,6 +57,13 @@ const ConfigSchema& runtime_schema() {
   return schema;
 }
 
+// The error_code form: the throwing one raises std::filesystem_error for names the
+// system rejects (too long, ...), which are the user's bad paths like missing ones.
+bool path_exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
 std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
 
 // The recipe's own keys, then the runtime's from the schema, in the order of recipe.h's layout.
@@ -357,7 +364,7 @@ Recipe recipe_from_json(const json& resolved) {
     if (k.runtime_key) k.runtime_key->set(rc, check_config_value(*k.runtime_key, r.raw(k.key), "recipe key '" + k.key + "'"));
   BB_CHECK(!rc.hf_path.empty(),
            "recipe key model.hf_path is empty: give the HF model directory (config.json), e.g. model.hf_path=DIR");
-  BB_CHECK(std::filesystem::exists(rc.hf_path + "/config.json"), "model.hf_path ", rc.hf_path,
+  BB_CHECK(path_exists(rc.hf_path + "/config.json"), "model.hf_path ", rc.hf_path,
            " holds no config.json (relative paths start at the working directory ",
            std::filesystem::current_path().string(), ")");
   check_input_file(rc.hf_path + "/config.json", "model config");
@@ -386,7 +393,7 @@ Recipe recipe_from_json(const json& resolved) {
   check_choice("data.kind", d.kind, {"pretrain", "sft"});
   d.tokenizer = r.str("data.tokenizer");
   if (d.tokenizer.empty()) d.tokenizer = rc.hf_path + "/tokenizer.json";
-  BB_CHECK(std::filesystem::exists(d.tokenizer), "tokenizer ", d.tokenizer,
+  BB_CHECK(path_exists(d.tokenizer), "tokenizer ", d.tokenizer,
            " does not exist (set data.tokenizer, or put tokenizer.json into model.hf_path)");
   // The data files are checked here, before the run touches its output directory.
   check_input_file(d.tokenizer, "data.tokenizer");
@@ -430,18 +437,22 @@ Recipe recipe_from_json(const json& resolved) {
   return out;
 }
 
-Recipe load_recipe(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
-  std::ifstream f = open_input_file(path, "recipe");
+Recipe recipe_from_text(const std::string& text, const std::string& source,
+                        const std::vector<std::pair<std::string, std::string>>& overrides) {
   json file;
   try {
-    file = json::parse(f);
+    file = json::parse(text);
   } catch (const json::exception& e) {
-    BB_FAIL("recipe ", path, " is not valid JSON: ", e.what());
+    BB_FAIL("recipe ", source, " is not valid JSON: ", e.what());
   }
   json recipe = default_recipe_json();
-  merge_recipe_json(recipe, file, path);
+  merge_recipe_json(recipe, file, source);
   for (const auto& [key, value] : overrides) apply_recipe_override(recipe, key, value);
   return recipe_from_json(recipe);
+}
+
+Recipe load_recipe(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  return recipe_from_text(read_input_file(path, "recipe"), path, overrides);
 }
 
 }  // namespace bb::train

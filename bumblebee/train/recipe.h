@@ -95,7 +95,12 @@ void apply_recipe_override(nlohmann::json& recipe, const std::string& key, const
 // Checks the values (ranges, choices, consistency) and fills the typed views.
 Recipe recipe_from_json(const nlohmann::json& resolved);
 
-// Reads FILE, lays it over the defaults, then applies the overrides in order.
+// Parses the recipe JSON `text`, lays it over the defaults, then applies the overrides
+// in order; `source` names the text in errors.
+Recipe recipe_from_text(const std::string& text, const std::string& source,
+                        const std::vector<std::pair<std::string, std::string>>& overrides);
+
+// Reads FILE and hands its text to recipe_from_text.
 Recipe load_recipe(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides);
 
 // Every dotted key, for KeyValueArgs.

@@ -170,3 +170,31 @@ TEST(Tokenizer, BadInputsAreErrors) {
     EXPECT_NE(std::string(e.what()).find("token id 4096 is outside the vocabulary"), std::string::npos) << e.what();
   }
 }
+
+// Found by the tokenizer_json fuzz target: an id of 2^31-1 overflowed sizing the id
+// table, larger ones were truncated to another id. One row per bad id.
+TEST(Tokenizer, TokenIdsOutOfRangeAreLoadErrors) {
+  BB_SKIP_WITHOUT_PCRE2();
+  struct Row {
+    const char* where;
+    json id;
+    const char* words;
+  };
+  const Row rows[] = {
+      {"vocab", 2147483647, "has id 2147483647, expected an integer in [0, 16777215]"},
+      {"vocab", json(uint64_t(1) << 40), "has id 1099511627776"},
+      {"vocab", -5, "has id -5"},
+      {"vocab", "3", "has id \"3\""},
+      {"added", json(uint64_t(18446744073709551615ull)), "has id 18446744073709551615"},
+      {"added", -1, "has id -1"},
+  };
+  for (const Row& r : rows) {
+    json j = tiny_tokenizer({"ab"}, json::array(), false);
+    if (std::string(r.where) == "vocab") {
+      j["model"]["vocab"]["ab"] = r.id;
+    } else {
+      j["added_tokens"] = {{{"id", r.id}, {"content", "<s>"}, {"special", true}}};
+    }
+    EXPECT_NE(error_of(j).find(r.words), std::string::npos) << r.where << " " << r.id.dump() << ": " << error_of(j);
+  }
+}

@@ -236,3 +236,22 @@ TEST(Recipe, RuntimeSectionsLandAndAreCheckedByTheSchema) {
 }
 
 }  // namespace
+
+// Found by the recipe fuzz target: a path longer than the system allows threw
+// std::filesystem_error from the existence checks. One row per path key.
+TEST(Recipe, OverlongPathsAreRecipeErrors) {
+  const std::string overlong(5000, 'x');
+  const std::pair<const char*, const char*> rows[] = {
+      {"model.hf_path", "holds no config.json"},
+      {"data.tokenizer", "does not exist"},
+      {"data.jsonl", "File name too long"},
+  };
+  for (const auto& [key, words] : rows) {
+    json r = tiny_recipe();
+    apply_recipe_override(r, key, overlong);
+    EXPECT_NE(error_of([&] { recipe_from_json(r); }).find(words), std::string::npos) << key;
+  }
+  const std::string text = R"({"model": {"hf_path": ")" + overlong + R"("}})";
+  EXPECT_NE(error_of([&] { bb::train::recipe_from_text(text, "long.json", {}); }).find("holds no config.json"),
+            std::string::npos);
+}

@@ -39,20 +39,33 @@ std::string new_save_id() {
   return os.str();
 }
 
-json read_index(const std::string& path) {
-  std::ifstream in = open_input_file(path, "HF checkpoint index");
+}  // namespace
+
+HFCheckpointIndex parse_hf_checkpoint_index(const std::string& text, const std::string& source) {
   json index;
   try {
-    index = json::parse(in);
+    index = json::parse(text);
   } catch (const json::exception& e) {
-    BB_FAIL("HF checkpoint index '", path, "': not valid JSON: ", e.what());
+    BB_FAIL("HF checkpoint index '", source, "': not valid JSON: ", e.what());
   }
   BB_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-           "HF checkpoint index '", path, "': expected an object with a \"weight_map\" object");
-  return index;
+           "HF checkpoint index '", source, "': expected an object with a \"weight_map\" object");
+  HFCheckpointIndex out;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    BB_CHECK(it.value().is_string(), "HF checkpoint index '", source, "': tensor '", it.key(), "' maps to ",
+             it.value().dump(), ", expected a file name");
+    const std::string file = it.value().get<std::string>();
+    // The index comes from outside: it must not reach files beyond the checkpoint folder.
+    BB_CHECK(!file.empty() && fs::path(file).filename() == file && file != "." && file != "..",
+             "HF checkpoint index '", source, "': tensor '", it.key(), "' maps to '", file,
+             "', which is not a plain file name in the checkpoint folder");
+    out.file_of[it.key()] = file;
+  }
+  if (index.contains("metadata") && index["metadata"].is_object() && index["metadata"].contains(kSaveIdKey) &&
+      index["metadata"][kSaveIdKey].is_string())
+    out.save_id = index["metadata"][kSaveIdKey].get<std::string>();
+  return out;
 }
-
-}  // namespace
 
 HFCheckpoint HFCheckpoint::open(const std::string& dir) {
   HFCheckpoint ck;
@@ -69,30 +82,19 @@ HFCheckpoint HFCheckpoint::open(const std::string& dir) {
   BB_CHECK(fs::exists(index_path), "HF checkpoint '", dir, "': found neither ", kSingleFile, " nor ", kIndexFile,
            " (only safetensors checkpoints are supported)");
 
-  const json index = read_index(index_path.string());
+  const HFCheckpointIndex index =
+      parse_hf_checkpoint_index(read_input_file(index_path.string(), "HF checkpoint index"), index_path.string());
   std::map<std::string, size_t> shard_by_file;
-  std::map<std::string, std::string> file_of;  // tensor name -> shard file, as the index says
-  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-    BB_CHECK(it.value().is_string(), "HF checkpoint index '", index_path.string(), "': tensor '", it.key(),
-             "' maps to ", it.value().dump(), ", expected a file name");
-    const std::string file = it.value().get<std::string>();
-    // The index comes from outside: it must not reach files beyond the checkpoint folder.
-    BB_CHECK(!file.empty() && fs::path(file).filename() == file && file != "." && file != "..",
-             "HF checkpoint index '", index_path.string(), "': tensor '", it.key(), "' maps to '", file,
-             "', which is not a plain file name in the checkpoint folder");
-    file_of[it.key()] = file;
+  for (const auto& [name, file] : index.file_of) {
     if (shard_by_file.count(file)) continue;
     const fs::path shard_path = fs::path(dir) / file;
-    BB_CHECK(fs::exists(shard_path), "HF checkpoint index '", index_path.string(), "': tensor '", it.key(),
+    BB_CHECK(fs::exists(shard_path), "HF checkpoint index '", index_path.string(), "': tensor '", name,
              "' is in shard '", file, "', which does not exist");
     shard_by_file[file] = ck.shards_.size();
     ck.shards_.push_back(SafetensorsFile::open(shard_path.string()));
   }
 
-  std::string save_id;
-  if (index.contains("metadata") && index["metadata"].is_object() && index["metadata"].contains(kSaveIdKey) &&
-      index["metadata"][kSaveIdKey].is_string())
-    save_id = index["metadata"][kSaveIdKey].get<std::string>();
+  const std::string& save_id = index.save_id;
   for (size_t s = 0; s < ck.shards_.size(); ++s) {
     const SafetensorsFile& shard = ck.shards_[s];
     if (!save_id.empty()) {
@@ -107,7 +109,7 @@ HFCheckpoint HFCheckpoint::open(const std::string& dir) {
                ck.shards_[it->second].path(), "' and '", shard.path(), "'");
     }
   }
-  for (const auto& [name, file] : file_of) {
+  for (const auto& [name, file] : index.file_of) {
     const SafetensorsFile& shard = ck.shards_[shard_by_file.at(file)];
     BB_CHECK(shard.has(name), "HF checkpoint index '", index_path.string(), "': tensor '", name,
              "' is mapped to shard '", file, "', which does not contain it");

@@ -14,6 +14,15 @@
 
 namespace bb {
 
+// What open() takes from model.safetensors.index.json, validated: every weight_map
+// entry maps a tensor to a plain file name inside the checkpoint folder.
+struct HFCheckpointIndex {
+  std::map<std::string, std::string> file_of;  // tensor name -> shard file
+  std::string save_id;                         // metadata.bb_save_id; empty when absent
+};
+// Parses the index JSON `text`; `source` names it in errors.
+HFCheckpointIndex parse_hf_checkpoint_index(const std::string& text, const std::string& source);
+
 class HFCheckpoint {
  public:
   // Opens dir/model.safetensors when present (as transformers does), else the shards

@@ -64,7 +64,9 @@ const char* format_name(DType dt) {
 class Mapping {
  public:
   Mapping(void* addr, size_t size) : addr_(addr), size_(size) {}
-  ~Mapping() { munmap(addr_, size_); }
+  ~Mapping() {
+    if (addr_) munmap(addr_, size_);
+  }
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   const char* bytes() const { return static_cast<const char*>(addr_); }
@@ -89,9 +91,10 @@ std::shared_ptr<Mapping> map_file(const std::string& path, size_t* size) {
     BB_FAIL("safetensors file '", path, "': not a regular file");
   }
   *size = size_t(st.st_size);
-  if (*size < 8) {
+  // An empty file cannot be mapped; parse() reports it as truncated.
+  if (*size == 0) {
     ::close(fd);
-    BB_FAIL("safetensors file '", path, "': truncated: ", *size, " bytes, shorter than the 8-byte header length");
+    return std::make_shared<Mapping>(nullptr, 0);
   }
   // Writable private pages let callers modify a loaded tensor in place; the file is never changed.
   void* addr = mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
@@ -142,13 +145,19 @@ uint64_t as_count(const json& v, const std::string& path, const std::string& nam
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  SafetensorsFile f;
-  f.path_ = path;
   size_t file_size = 0;
   std::shared_ptr<Mapping> mapping = map_file(path, &file_size);
-  f.mapping_ = mapping;
   const char* bytes = mapping->bytes();
+  return parse(std::move(mapping), bytes, file_size, path);
+}
 
+SafetensorsFile SafetensorsFile::parse(std::shared_ptr<void> owner, const char* bytes, size_t file_size,
+                                       const std::string& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  f.mapping_ = std::move(owner);
+  BB_CHECK(file_size >= 8, "safetensors file '", path, "': truncated: ", file_size,
+           " bytes, shorter than the 8-byte header length");
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes, 8);
   BB_CHECK(header_len <= kMaxHeaderBytes, "safetensors file '", path, "': header length ", header_len,

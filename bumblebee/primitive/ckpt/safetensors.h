@@ -22,6 +22,11 @@ namespace bb {
 class SafetensorsFile {
  public:
   static SafetensorsFile open(const std::string& path);
+  // Validates a safetensors image held in memory, as open() does for the file it maps:
+  // bytes [bytes, bytes + size) must stay valid while `owner` lives (tensors from get()
+  // share it). `source` names the image in errors.
+  static SafetensorsFile parse(std::shared_ptr<void> owner, const char* bytes, size_t size,
+                               const std::string& source);
 
   const std::string& path() const { return path_; }
   std::vector<std::string> names() const;  // sorted
