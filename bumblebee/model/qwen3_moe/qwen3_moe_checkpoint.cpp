@@ -3,8 +3,8 @@
 
 #include <set>
 
-#include "bumblebee/primitive/ckpt/hf_weights.h"
 #include "bumblebee/model/dense/dense_checkpoint.h"
+#include "bumblebee/primitive/ckpt/hf_weights.h"
 
 namespace bb {
 
