@@ -11,7 +11,7 @@
 namespace {
 
 // A protocol that only needs to be told apart from the others.
-class StubProtocol : public bb::ModelProtocol {
+class RegistryOnlyProtocol : public bb::ModelProtocol {
  public:
   nlohmann::json build_model_config(const nlohmann::json&, const nlohmann::json&) const override { return {}; }
   std::unique_ptr<bb::ModelChunk> build_model(const nlohmann::json&, const bb::BuildContext&) const override {
@@ -31,8 +31,8 @@ std::string error_of(const std::string& name, const std::string& impl, const std
 }
 
 struct TwoImpls {
-  std::shared_ptr<bb::ModelProtocol> lite = std::make_shared<StubProtocol>();
-  std::shared_ptr<bb::ModelProtocol> fused = std::make_shared<StubProtocol>();
+  std::shared_ptr<bb::ModelProtocol> lite = std::make_shared<RegistryOnlyProtocol>();
+  std::shared_ptr<bb::ModelProtocol> fused = std::make_shared<RegistryOnlyProtocol>();
   TwoImpls() { bb::register_model("regtest", {"regtest_type", "regtest_alias"}, {{"lite", lite}, {"fused", fused}}); }
 };
 
@@ -68,7 +68,7 @@ TEST(ModelRegistry, BuiltinsAreRegistered) {
 
 TEST(ModelRegistry, RegisteringABuiltinNameReplacesIt) {
   const auto builtin = bb::resolve_model("llama", "", "");
-  const auto mine = std::make_shared<StubProtocol>();
+  const auto mine = std::make_shared<RegistryOnlyProtocol>();
   bb::register_model("llama", {"llama"}, {{"lite", mine}});
   EXPECT_EQ(bb::resolve_model("auto", "", "llama"), mine);
   bb::register_model("llama", {"llama"}, {{"lite", builtin}});  // the other tests build the real llama
