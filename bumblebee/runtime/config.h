@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,9 @@ struct BBConfig {
   ParallelConfig parallel;
   OptimizerConfig optimizer;
   std::string attention_backend = "auto";
-  double router_aux_loss_coef = 0.0;
+  // MoE models: weight of the router load-balancing loss; unset: the model
+  // config's (config.json's router_aux_loss_coef). Dense models reject it.
+  std::optional<double> router_aux_loss_coef;
   bool load_hf_weights = true;        // false: random init from config.json alone
   // Parameters to freeze (no gradient, no optimizer state): a regular
   // expression matched against whole HF names, e.g. "model\\.embed_tokens\\..*"

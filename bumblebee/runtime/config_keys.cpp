@@ -83,9 +83,11 @@ void ConfigSchema::add_runtime_keys() {
           "the environment variable BB_ATTENTION_BACKEND overrides it",
           [](RuntimeConfig& c, const json& v) { bb_of(c).attention_backend = v; })
           .one_of({"auto", "cudnn", "flash"}));
-  add(key("backend.router_aux_loss_coef", "backend", T::Float, b.router_aux_loss_coef,
-          "used by MoE models: weight of the router load-balancing loss (no MoE model is registered yet)",
-          [](RuntimeConfig& c, const json& v) { bb_of(c).router_aux_loss_coef = v; })
+  add(key("backend.router_aux_loss_coef", "backend", T::Float, json(),
+          "MoE models: weight of the router load-balancing loss; unset (null): config.json's router_aux_loss_coef",
+          [](RuntimeConfig& c, const json& v) {
+            bb_of(c).router_aux_loss_coef = v.is_null() ? std::optional<double>() : std::optional<double>(v.get<double>());
+          })
           .in_float_range(0.0, kInf));
   add(key("backend.frozen_params", "backend", T::String, b.frozen_params,
           "regular expression over HF parameter names to freeze (no gradient, no optimizer state); empty: none",

@@ -189,6 +189,7 @@ json parse_config_value(const ConfigKey& k, const std::string& text, const std::
 }
 
 json check_config_value(const ConfigKey& k, const json& v, const std::string& shown_as) {
+  if (v.is_null() && k.default_value.is_null()) return v;   // a key whose default is "unset"
   return checked(k, v, shown_as, v.dump());
 }
 
@@ -226,7 +227,9 @@ ConfigSchema::ConfigSchema(std::string tool, std::string usage) : tool_(std::mov
 void ConfigSchema::add(ConfigKey key) {
   BB_CHECK(!key.name.empty(), "ConfigSchema: a key needs a name");
   BB_CHECK(!find(key.name), "ConfigSchema: key '", key.name, "' declared twice");
-  key.default_value = check_config_value(key, key.default_value, "the default of key '" + key.name + "'");
+  // A null default means "unset": the setter receives null unless the key is given.
+  if (!key.default_value.is_null())
+    key.default_value = check_config_value(key, key.default_value, "the default of key '" + key.name + "'");
   keys_.push_back(std::move(key));
 }
 

@@ -41,7 +41,7 @@ struct ConfigKey {
   std::string name;    // dotted, as written on the command line: "backend.parallel.tp"
   std::string group;   // the heading `help` lists it under
   ConfigType type = ConfigType::String;
-  nlohmann::json default_value;   // the schema's default
+  nlohmann::json default_value;   // the schema's default; null: unset unless given
   std::string doc;                // one line
 
   std::vector<std::string> choices;   // String: the allowed values (empty: any)

@@ -119,9 +119,11 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   const std::string model_type = typed ? type_it->get<std::string>() : std::string();
   st->protocol = resolve_model(bcfg.model_name, bcfg.impl, model_type);
   // Model packages parse json, not files: the file's path is added here.
+  nlohmann::json overrides = bcfg.model_overrides;
+  if (bcfg.router_aux_loss_coef) overrides["router_aux_loss_coef"] = *bcfg.router_aux_loss_coef;
   nlohmann::json model_cfg;
   try {
-    model_cfg = st->protocol->build_model_config(st->hf_config, bcfg.model_overrides);
+    model_cfg = st->protocol->build_model_config(st->hf_config, overrides);
   } catch (const Error& e) {
     throw Error(config_path + ": " + e.what());
   }

@@ -55,7 +55,7 @@ const std::vector<RoundTrip>& round_trips() {
       {"backend.attention_backend", "flash",
        [](const RuntimeConfig& c) { return c.backend_cfg.attention_backend == "flash"; }},
       {"backend.router_aux_loss_coef", "1e-3",
-       [](const RuntimeConfig& c) { return c.backend_cfg.router_aux_loss_coef == 1e-3; }},
+       [](const RuntimeConfig& c) { return c.backend_cfg.router_aux_loss_coef == std::optional<double>(1e-3); }},
       {"backend.frozen_params", "model\\.embed_tokens\\..*",
        [](const RuntimeConfig& c) { return c.backend_cfg.frozen_params == "model\\.embed_tokens\\..*"; }},
       {"backend.impl_cfg", R"({"fused": true})",
