@@ -629,28 +629,33 @@ void moe_cases(std::vector<Case>& cases) {
                          ops::moe_permute_backward(dout.cpu, tok.cpu, dx.cpu);
                          return std::vector<Check>{compare("dx", dx, bound_for(dt))};
                        }});
-      cases.push_back({"moe_unpermute", shape, [=](Generator& gen) {
-                         Pair tok = index_pair(draw_token_of_row(gen, r), r.index);
-                         const int64_t n = tok.cpu.size(0);
-                         Pair y = random_pair(gen, {n, r.hidden}, dt);
-                         Pair probs = random_pair(gen, {n}, DType::F32, 0.0, 1.0);
-                         Pair out = output_pair(token_major, dt);
-                         cuda::moe_unpermute(y.gpu, tok.gpu, probs.gpu, out.gpu);
-                         ops::moe_unpermute(y.cpu, tok.cpu, probs.cpu, out.cpu);
-                         return std::vector<Check>{compare("out", out, bound_for(dt))};
-                       }});
-      cases.push_back({"moe_unpermute_backward", shape, [=](Generator& gen) {
-                         Pair tok = index_pair(draw_token_of_row(gen, r), r.index);
-                         const int64_t n = tok.cpu.size(0);
-                         Pair dout = random_pair(gen, token_major, dt), y = random_pair(gen, {n, r.hidden}, dt);
-                         Pair probs = random_pair(gen, {n}, DType::F32, 0.0, 1.0);
-                         Pair dy = output_pair({n, r.hidden}, dt), dprobs = output_pair({n}, DType::F32);
-                         cuda::moe_unpermute_backward(dout.gpu, y.gpu, tok.gpu, probs.gpu, dy.gpu, dprobs.gpu);
-                         ops::moe_unpermute_backward(dout.cpu, y.cpu, tok.cpu, probs.cpu, dy.cpu, dprobs.cpu);
-                         // dprobs: fp32 dot products of the same values, summed in another order.
-                         return std::vector<Check>{compare("dy", dy, bound_for(dt)),
-                                                   compare("dprobs", dprobs, kF32Bound)};
-                       }});
+      // Routing weights in float32, or (as the MoE layer keeps them) in the rows' dtype.
+      for (DType pdt : {DType::F32, dt}) {
+        if (pdt == dt && dt == DType::F32) continue;
+        const std::string pshape = shape + " probs=" + short_name(pdt);
+        cases.push_back({"moe_unpermute", pshape, [=](Generator& gen) {
+                           Pair tok = index_pair(draw_token_of_row(gen, r), r.index);
+                           const int64_t n = tok.cpu.size(0);
+                           Pair y = random_pair(gen, {n, r.hidden}, dt);
+                           Pair probs = random_pair(gen, {n}, pdt, 0.0, 1.0);
+                           Pair out = output_pair(token_major, dt);
+                           cuda::moe_unpermute(y.gpu, tok.gpu, probs.gpu, out.gpu);
+                           ops::moe_unpermute(y.cpu, tok.cpu, probs.cpu, out.cpu);
+                           return std::vector<Check>{compare("out", out, bound_for(dt))};
+                         }});
+        cases.push_back({"moe_unpermute_backward", pshape, [=](Generator& gen) {
+                           Pair tok = index_pair(draw_token_of_row(gen, r), r.index);
+                           const int64_t n = tok.cpu.size(0);
+                           Pair dout = random_pair(gen, token_major, dt), y = random_pair(gen, {n, r.hidden}, dt);
+                           Pair probs = random_pair(gen, {n}, pdt, 0.0, 1.0);
+                           Pair dy = output_pair({n, r.hidden}, dt), dprobs = output_pair({n}, pdt);
+                           cuda::moe_unpermute_backward(dout.gpu, y.gpu, tok.gpu, probs.gpu, dy.gpu, dprobs.gpu);
+                           ops::moe_unpermute_backward(dout.cpu, y.cpu, tok.cpu, probs.cpu, dy.cpu, dprobs.cpu);
+                           // float32 dprobs: dot products of the same values, summed in another order.
+                           return std::vector<Check>{compare("dy", dy, bound_for(dt)),
+                                                     compare("dprobs", dprobs, bound_for(pdt))};
+                         }});
+      }
     }
   }
 }

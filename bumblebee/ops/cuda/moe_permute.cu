@@ -90,9 +90,9 @@ __global__ void permute_kernel(const T* __restrict__ x, const I* __restrict__ to
 
 // out[t] = sum over token t's rows r (ascending) of w_r * rows_in[r], in fp32;
 // w_r = probs[r] when kWeighted (moe_unpermute), else 1 (moe_permute_backward).
-template <typename T, int W, bool kWeighted>
+template <typename T, typename P, int W, bool kWeighted>
 __global__ void sum_token_rows_kernel(const T* __restrict__ rows_in, const int32_t* __restrict__ sorted_rows,
-                                      const int32_t* __restrict__ offsets, const float* __restrict__ probs,
+                                      const int32_t* __restrict__ offsets, const P* __restrict__ probs,
                                       int64_t tokens, int64_t hidden, T* __restrict__ out) {
   const int64_t groups_per_row = hidden / W;
   for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < tokens * groups_per_row;
@@ -103,7 +103,7 @@ __global__ void sum_token_rows_kernel(const T* __restrict__ rows_in, const int32
       const int64_t r = sorted_rows[p];
       float v[8];
       load_w<T, W>(rows_in + r * hidden + col, v);
-      const float w = kWeighted ? probs[r] : 1.f;
+      const float w = kWeighted ? to_float(probs[r]) : 1.f;
 #pragma unroll
       for (int j = 0; j < W; ++j) acc[j] = fmaf(w, v[j], acc[j]);
     }
@@ -113,18 +113,18 @@ __global__ void sum_token_rows_kernel(const T* __restrict__ rows_in, const int32
 
 // One warp per row i: dy[i] = probs[i] * dout[t], dprobs[i] = dout[t] . y[i]
 // (fp32, a warp reduction), t = token_of_row[i].
-template <typename T, typename I, int W>
+template <typename T, typename P, typename I, int W>
 __global__ void unpermute_backward_kernel(const T* __restrict__ dout, const T* __restrict__ y,
-                                          const I* __restrict__ token_of_row, const float* __restrict__ probs,
+                                          const I* __restrict__ token_of_row, const P* __restrict__ probs,
                                           int64_t rows, int64_t tokens, int64_t hidden, T* __restrict__ dy,
-                                          float* __restrict__ dprobs) {
+                                          P* __restrict__ dprobs) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   const int64_t groups_per_row = hidden / W;
   for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
     const int64_t t = int64_t(token_of_row[row]);
     const bool valid = t >= 0 && t < tokens;
-    const float p = probs[row];
+    const float p = to_float(probs[row]);
     float acc = 0.f;
     for (int64_t g = lane; g < groups_per_row; g += 32) {
       const int64_t col = g * W;
@@ -144,7 +144,7 @@ __global__ void unpermute_backward_kernel(const T* __restrict__ dout, const T* _
       store_w<T, W>(dy + row * hidden + col, o);
     }
     acc = warp_sum(acc);
-    if (lane == 0) dprobs[row] = valid ? acc : NAN;
+    if (lane == 0) dprobs[row] = from_float<P>(valid ? acc : NAN);
   }
 }
 
@@ -198,6 +198,15 @@ bool vec8(int64_t hidden, std::initializer_list<const void*> ptrs) {
   return true;
 }
 
+// token_of_row [N] between a token-major [T, H] tensor and a row-major [N, H]
+// one (ops.cpp checks the same; the harness calls these launchers directly).
+void check_rows(const char* op, const Tensor& token_major, const Tensor& row_major, const Tensor& token_of_row) {
+  BB_CHECK(token_major.dim() == 2 && row_major.dim() == 2 && token_of_row.dim() == 1 &&
+               token_of_row.size(0) == row_major.size(0) && token_major.size(1) == row_major.size(1),
+           op, ": expected [T, H] tokens, [N, H] rows and token_of_row [N], got ", shape_str(token_major.shape()), ", ",
+           shape_str(row_major.shape()), " and ", shape_str(token_of_row.shape()));
+}
+
 void check_activations(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> tensors) {
   const Tensor& first = *tensors.begin()->first;
   check_dtype_in(first, op, tensors.begin()->second, {DType::BF16, DType::F32});
@@ -206,7 +215,18 @@ void check_activations(const char* op, std::initializer_list<std::pair<const Ten
              tensors.begin()->second, "' is ", dtype_name(first.dtype()));
 }
 
-// Both summing ops: out [T, H] from rows_in [N, H], optionally weighted.
+// Calls f(P{}) with P the routing weights' element type: float32, or the
+// rows' own dtype T (the MoE layer keeps them in the activation dtype, as HF
+// rounds routing_weights to hidden_states.dtype).
+template <typename T, typename F>
+void dispatch_probs(const Tensor& probs, DType rows_dtype, const char* op, F&& f) {
+  if (probs.dtype() == DType::F32) f(float{});
+  else if (probs.dtype() == rows_dtype) f(T{});
+  else BB_FAIL(op, ": probs must be float32 or the rows' dtype ", dtype_name(rows_dtype), ", got ",
+               dtype_name(probs.dtype()));
+}
+
+// Both summing ops: out [T, H] from rows_in [N, H], weighted by probs when given.
 void sum_token_rows(const char* op, const Tensor& rows_in, const Tensor& token_of_row, const Tensor* probs,
                     Tensor& out) {
   const int64_t tokens = out.size(0), hidden = out.size(1);
@@ -216,23 +236,27 @@ void sum_token_rows(const char* op, const Tensor& rows_in, const Tensor& token_o
   const TokenRows tr = token_rows(token_of_row, tokens, op, stream);
   const int32_t* sorted = tr.sorted_rows.data<int32_t>();
   const int32_t* offsets = tr.offsets.data<int32_t>();
-  const float* p = probs ? static_cast<const float*>(probs->raw()) : nullptr;
   dispatch_activation(out.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(rows_in.raw());
     T* o = static_cast<T*>(out.raw());
     const bool v8 = vec8(hidden, {in, o});
     const int blocks = grid_for(tokens * (v8 ? hidden / 8 : hidden), kThreads);
-    auto launch = [&](auto kernel) {
+    auto launch = [&](auto kernel, auto p) {
       kernel<<<blocks, kThreads, 0, stream>>>(in, sorted, offsets, p, tokens, hidden, o);
     };
-    if (probs) {
-      if (v8) launch(sum_token_rows_kernel<T, 8, true>);
-      else launch(sum_token_rows_kernel<T, 1, true>);
-    } else {
-      if (v8) launch(sum_token_rows_kernel<T, 8, false>);
-      else launch(sum_token_rows_kernel<T, 1, false>);
+    if (!probs) {
+      const float* none = nullptr;
+      if (v8) launch(sum_token_rows_kernel<T, float, 8, false>, none);
+      else launch(sum_token_rows_kernel<T, float, 1, false>, none);
+      return;
     }
+    dispatch_probs<T>(*probs, out.dtype(), op, [&](auto ptag) {
+      using P = decltype(ptag);
+      const P* p = static_cast<const P*>(probs->raw());
+      if (v8) launch(sum_token_rows_kernel<T, P, 8, true>, p);
+      else launch(sum_token_rows_kernel<T, P, 1, true>, p);
+    });
   });
   CUDA_CHECK_LAUNCH(op);
 }
@@ -245,6 +269,7 @@ void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out) {
   check_cuda_same(x, token_of_row, op, "token_of_row");
   check_cuda_same(x, out, op, "out");
   check_activations(op, {{&x, "x"}, {&out, "out"}});
+  check_rows(op, x, out, token_of_row);
   const int64_t rows = out.size(0), tokens = x.size(0), hidden = x.size(1);
   if (rows * hidden == 0) return;
   DeviceGuard guard(x.device().index);
@@ -274,6 +299,7 @@ void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor
   check_cuda_same(dout, token_of_row, op, "token_of_row");
   check_cuda_same(dout, dx, op, "dx");
   check_activations(op, {{&dout, "dout"}, {&dx, "dx"}});
+  check_rows(op, dx, dout, token_of_row);
   sum_token_rows(op, dout, token_of_row, nullptr, dx);
 }
 
@@ -284,7 +310,8 @@ void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& pr
   check_cuda_same(y, probs, op, "probs");
   check_cuda_same(y, out, op, "out");
   check_activations(op, {{&y, "y"}, {&out, "out"}});
-  check_dtype(probs, DType::F32, "moe_unpermute: probs");
+  check_rows(op, out, y, token_of_row);
+  check_shape(probs, {y.size(0)}, "moe_unpermute: probs");
   sum_token_rows(op, y, token_of_row, &probs, out);
 }
 
@@ -298,8 +325,12 @@ void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& t
   check_cuda_same(dout, dy, op, "dy");
   check_cuda_same(dout, dprobs, op, "dprobs");
   check_activations(op, {{&dout, "dout"}, {&y, "y"}, {&dy, "dy"}});
-  check_dtype(probs, DType::F32, "moe_unpermute_backward: probs");
-  check_dtype(dprobs, DType::F32, "moe_unpermute_backward: dprobs");
+  BB_CHECK(dprobs.dtype() == probs.dtype(), op, ": dprobs is ", dtype_name(dprobs.dtype()), " but probs is ",
+           dtype_name(probs.dtype()));
+  check_rows(op, dout, y, token_of_row);
+  check_shape(probs, {y.size(0)}, "moe_unpermute_backward: probs");
+  check_shape(dy, y.shape(), "moe_unpermute_backward: dy");
+  check_shape(dprobs, {y.size(0)}, "moe_unpermute_backward: dprobs");
   const int64_t rows = y.size(0), tokens = dout.size(0), hidden = dout.size(1);
   if (rows == 0) return;
   DeviceGuard guard(dout.device().index);
@@ -307,21 +338,24 @@ void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& t
   const int blocks = grid_for(rows, kThreads / 32);  // a warp per row
   dispatch_activation(dout.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    dispatch_index(token_of_row.dtype(), op, [&](auto itag) {
-      using I = decltype(itag);
-      const T* pd = static_cast<const T*>(dout.raw());
-      const T* py = static_cast<const T*>(y.raw());
-      const I* tok = static_cast<const I*>(token_of_row.raw());
-      const float* pp = static_cast<const float*>(probs.raw());
-      T* pdy = static_cast<T*>(dy.raw());
-      float* pdp = static_cast<float*>(dprobs.raw());
-      if (vec8(hidden, {pd, py, pdy})) {
-        unpermute_backward_kernel<T, I, 8><<<blocks, kThreads, 0, stream>>>(pd, py, tok, pp, rows, tokens, hidden,
-                                                                              pdy, pdp);
-      } else {
-        unpermute_backward_kernel<T, I, 1><<<blocks, kThreads, 0, stream>>>(pd, py, tok, pp, rows, tokens, hidden,
-                                                                              pdy, pdp);
-      }
+    dispatch_probs<T>(probs, dout.dtype(), op, [&](auto ptag) {
+      using P = decltype(ptag);
+      dispatch_index(token_of_row.dtype(), op, [&](auto itag) {
+        using I = decltype(itag);
+        const T* pd = static_cast<const T*>(dout.raw());
+        const T* py = static_cast<const T*>(y.raw());
+        const I* tok = static_cast<const I*>(token_of_row.raw());
+        const P* pp = static_cast<const P*>(probs.raw());
+        T* pdy = static_cast<T*>(dy.raw());
+        P* pdp = static_cast<P*>(dprobs.raw());
+        if (vec8(hidden, {pd, py, pdy})) {
+          unpermute_backward_kernel<T, P, I, 8><<<blocks, kThreads, 0, stream>>>(pd, py, tok, pp, rows, tokens,
+                                                                                   hidden, pdy, pdp);
+        } else {
+          unpermute_backward_kernel<T, P, I, 1><<<blocks, kThreads, 0, stream>>>(pd, py, tok, pp, rows, tokens,
+                                                                                   hidden, pdy, pdp);
+        }
+      });
     });
   });
   CUDA_CHECK_LAUNCH(op);
