@@ -548,28 +548,28 @@ void check_rows(const char* op, const Tensor& tokens, const char* tokens_name, c
   BB_CHECK(tokens.size(1) == rows.size(1), op, ": '", tokens_name, "' has ", tokens.size(1), " columns but '",
            rows_name, "' has ", rows.size(1));
 }
-
-[[noreturn]] void no_cuda_kernel(const char* op) {
-  BB_FAIL(op, ": the CUDA backend has no MoE permutation kernel yet (CPU only)");
-}
 }  // namespace
 
 void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out) {
   const char* op = "moe_permute";
   const Device dev = common_device(op, {{x, "x"}, {token_of_row, "token_of_row"}, {out, "out"}});
   check_rows(op, x, "x", out, "out", token_of_row);
-  if (!dev.is_cpu()) no_cuda_kernel(op);
-  expect_cpu_same_float(op, {{x, "x"}, {out, "out"}});
-  BB_DISPATCH_CPU(moe_permute, x, token_of_row, out);
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{x, "x"}, {out, "out"}});
+    BB_DISPATCH_CPU(moe_permute, x, token_of_row, out);
+  }
+  BB_DISPATCH_CUDA(moe_permute, x, token_of_row, out);
 }
 
 void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx) {
   const char* op = "moe_permute_backward";
   const Device dev = common_device(op, {{dout, "dout"}, {token_of_row, "token_of_row"}, {dx, "dx"}});
   check_rows(op, dx, "dx", dout, "dout", token_of_row);
-  if (!dev.is_cpu()) no_cuda_kernel(op);
-  expect_cpu_same_float(op, {{dout, "dout"}, {dx, "dx"}});
-  BB_DISPATCH_CPU(moe_permute_backward, dout, token_of_row, dx);
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{dout, "dout"}, {dx, "dx"}});
+    BB_DISPATCH_CPU(moe_permute_backward, dout, token_of_row, dx);
+  }
+  BB_DISPATCH_CUDA(moe_permute_backward, dout, token_of_row, dx);
 }
 
 void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out) {
@@ -578,9 +578,11 @@ void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& pr
       common_device(op, {{y, "y"}, {token_of_row, "token_of_row"}, {probs, "probs"}, {out, "out"}});
   check_rows(op, out, "out", y, "y", token_of_row);
   expect_shape(op, probs, "probs", {y.size(0)});
-  if (!dev.is_cpu()) no_cuda_kernel(op);
-  expect_cpu_same_float(op, {{y, "y"}, {probs, "probs"}, {out, "out"}});
-  BB_DISPATCH_CPU(moe_unpermute, y, token_of_row, probs, out);
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{y, "y"}, {probs, "probs"}, {out, "out"}});
+    BB_DISPATCH_CPU(moe_unpermute, y, token_of_row, probs, out);
+  }
+  BB_DISPATCH_CUDA(moe_unpermute, y, token_of_row, probs, out);
 }
 
 void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
@@ -592,9 +594,11 @@ void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& t
   expect_shape(op, probs, "probs", {y.size(0)});
   expect_shape(op, dy, "dy", y.shape());
   expect_shape(op, dprobs, "dprobs", probs.shape());
-  if (!dev.is_cpu()) no_cuda_kernel(op);
-  expect_cpu_same_float(op, {{dout, "dout"}, {y, "y"}, {probs, "probs"}, {dy, "dy"}, {dprobs, "dprobs"}});
-  BB_DISPATCH_CPU(moe_unpermute_backward, dout, y, token_of_row, probs, dy, dprobs);
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{dout, "dout"}, {y, "y"}, {probs, "probs"}, {dy, "dy"}, {dprobs, "dprobs"}});
+    BB_DISPATCH_CPU(moe_unpermute_backward, dout, y, token_of_row, probs, dy, dprobs);
+  }
+  BB_DISPATCH_CUDA(moe_unpermute_backward, dout, y, token_of_row, probs, dy, dprobs);
 }
 
 }  // namespace bb::ops

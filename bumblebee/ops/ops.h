@@ -110,7 +110,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t 
 // are rows, sorted by expert, and `token_of_row` [N] (int32/int64) names each
 // row's token. permute gathers the rows: out [N, H], out[i] = x[token_of_row[i]].
 // unpermute combines them back: out [T, H] = sum over the rows i of token t of
-// probs[i] * y[i] (probs [N], the routing weights). CPU only for now.
+// probs[i] * y[i] (probs [N], the routing weights). On CUDA probs and dprobs
+// are float32 with bfloat16 rows, and the token sums are fp32, without atomics.
 void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out);
 // dx [T, H] = sum over the rows of each token of dout [N, H] (overwritten).
 void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx);

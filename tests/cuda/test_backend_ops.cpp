@@ -19,6 +19,7 @@
 //
 // When the build has cuDNN attention, attention cases run under both
 // BB_ATTENTION_BACKEND=flash and =cudnn.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -565,6 +566,100 @@ void attention_cases(std::vector<Case>& cases) {
   }
 }
 
+// A routing of T tokens to k distinct experts each, drawn from the first
+// `used` of E experts (the rest get zero rows), as the rows the dispatcher
+// makes: sorted by expert, token_of_row naming each row's token. With
+// `local_half`, only the rows of experts [0, E/2) are kept, as on one rank of
+// ep=2, so tokens have anywhere from 0 to k rows.
+struct MoeRouting {
+  int64_t tokens, hidden, experts, used, topk;
+  bool local_half;
+  DType index;
+};
+
+std::vector<double> draw_token_of_row(Generator& gen, const MoeRouting& r) {
+  std::vector<std::pair<int64_t, int64_t>> expert_token;
+  std::vector<int64_t> pool(size_t(r.used));
+  for (int64_t t = 0; t < r.tokens; ++t) {
+    for (int64_t e = 0; e < r.used; ++e) pool[size_t(e)] = e;
+    for (int64_t j = 0; j < r.topk; ++j) {  // partial Fisher-Yates: k distinct experts
+      const int64_t pick = j + int64_t(gen.uniform() * double(r.used - j));
+      std::swap(pool[size_t(j)], pool[size_t(pick)]);
+      if (!r.local_half || pool[size_t(j)] < r.experts / 2) expert_token.push_back({pool[size_t(j)], t});
+    }
+  }
+  std::sort(expert_token.begin(), expert_token.end());
+  std::vector<double> rows;
+  for (const auto& [expert, token] : expert_token) rows.push_back(double(token));
+  return rows;
+}
+
+void moe_cases(std::vector<Case>& cases) {
+  const MoeRouting routings[] = {
+      {1, 64, 8, 8, 2, false, DType::I32},       // one token
+      {37, 100, 8, 8, 1, false, DType::I64},     // k = 1, hidden not a multiple of 8
+      {16, 13, 8, 8, 8, false, DType::I32},      // k = E, odd hidden
+      {50, 256, 64, 20, 4, false, DType::I64},   // 44 experts with zero rows
+      {33, 2048, 128, 128, 8, false, DType::I32},  // Qwen3-30B-A3B's hidden and routing
+      {29, 72, 16, 16, 6, true, DType::I32},     // one ep=2 rank: tokens with 0 to 6 rows
+      {5, 7, 16, 16, 3, false, DType::I64},
+      {4, 64, 8, 8, 0, false, DType::I32},       // no rows at all
+  };
+  for (const MoeRouting& r : routings) {
+    for (DType dt : {DType::BF16, DType::F32}) {
+      if (dt == DType::F32 && r.hidden != 100) continue;  // one float32 routing is enough
+      const std::string shape = fmt("T=%lld H=%lld E=%lld used=%lld k=%lld%s %s idx=%s", (long long)r.tokens,
+                                    (long long)r.hidden, (long long)r.experts, (long long)r.used,
+                                    (long long)r.topk, r.local_half ? " ep-local" : "", short_name(dt),
+                                    dtype_name(r.index));
+      const Shape token_major{r.tokens, r.hidden};
+      cases.push_back({"moe_permute", shape, [=](Generator& gen) {
+                         Pair tok = index_pair(draw_token_of_row(gen, r), r.index);
+                         const int64_t n = tok.cpu.size(0);
+                         Pair x = random_pair(gen, token_major, dt), out = output_pair({n, r.hidden}, dt);
+                         cuda::moe_permute(x.gpu, tok.gpu, out.gpu);
+                         ops::moe_permute(x.cpu, tok.cpu, out.cpu);
+                         return std::vector<Check>{compare("out", out, 0.0)};  // a copy: exact
+                       }});
+      cases.push_back({"moe_permute_backward", shape, [=](Generator& gen) {
+                         Pair tok = index_pair(draw_token_of_row(gen, r), r.index);
+                         const int64_t n = tok.cpu.size(0);
+                         Pair dout = random_pair(gen, {n, r.hidden}, dt), dx = output_pair(token_major, dt);
+                         cuda::moe_permute_backward(dout.gpu, tok.gpu, dx.gpu);
+                         ops::moe_permute_backward(dout.cpu, tok.cpu, dx.cpu);
+                         return std::vector<Check>{compare("dx", dx, bound_for(dt))};
+                       }});
+      // Routing weights in float32, or (as the MoE layer keeps them) in the rows' dtype.
+      for (DType pdt : {DType::F32, dt}) {
+        if (pdt == dt && dt == DType::F32) continue;
+        const std::string pshape = shape + " probs=" + short_name(pdt);
+        cases.push_back({"moe_unpermute", pshape, [=](Generator& gen) {
+                           Pair tok = index_pair(draw_token_of_row(gen, r), r.index);
+                           const int64_t n = tok.cpu.size(0);
+                           Pair y = random_pair(gen, {n, r.hidden}, dt);
+                           Pair probs = random_pair(gen, {n}, pdt, 0.0, 1.0);
+                           Pair out = output_pair(token_major, dt);
+                           cuda::moe_unpermute(y.gpu, tok.gpu, probs.gpu, out.gpu);
+                           ops::moe_unpermute(y.cpu, tok.cpu, probs.cpu, out.cpu);
+                           return std::vector<Check>{compare("out", out, bound_for(dt))};
+                         }});
+        cases.push_back({"moe_unpermute_backward", pshape, [=](Generator& gen) {
+                           Pair tok = index_pair(draw_token_of_row(gen, r), r.index);
+                           const int64_t n = tok.cpu.size(0);
+                           Pair dout = random_pair(gen, token_major, dt), y = random_pair(gen, {n, r.hidden}, dt);
+                           Pair probs = random_pair(gen, {n}, pdt, 0.0, 1.0);
+                           Pair dy = output_pair({n, r.hidden}, dt), dprobs = output_pair({n}, pdt);
+                           cuda::moe_unpermute_backward(dout.gpu, y.gpu, tok.gpu, probs.gpu, dy.gpu, dprobs.gpu);
+                           ops::moe_unpermute_backward(dout.cpu, y.cpu, tok.cpu, probs.cpu, dy.cpu, dprobs.cpu);
+                           // float32 dprobs: dot products of the same values, summed in another order.
+                           return std::vector<Check>{compare("dy", dy, bound_for(dt)),
+                                                     compare("dprobs", dprobs, bound_for(pdt))};
+                         }});
+      }
+    }
+  }
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   matmul_cases(cases);
@@ -578,6 +673,7 @@ std::vector<Case> all_cases() {
   cross_entropy_cases(cases);
   adamw_cases(cases);
   attention_cases(cases);
+  moe_cases(cases);
   return cases;
 }
 

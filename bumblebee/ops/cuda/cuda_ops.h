@@ -9,7 +9,7 @@
 // return a number to the host synchronise.
 //
 // defined in: gemm.cu, elementwise.cu, reduce.cu, embedding.cu, rmsnorm.cu,
-// rope.cu, swiglu.cu, attention.cu, cross_entropy.cu, adamw.cu
+// rope.cu, swiglu.cu, attention.cu, cross_entropy.cu, adamw.cu, moe_permute.cu
 #pragma once
 
 #include <cstdint>
@@ -80,5 +80,17 @@ void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tenso
 // adamw.cu. param, exp_avg, exp_avg_sq float32 (or all float64); grad float32
 // or bfloat16.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const ops::AdamWParams& hp);
+
+// moe_permute.cu. x, out, y, dout, dx, dy one dtype, bfloat16 or float32;
+// probs, dprobs float32; token_of_row int32/int64 on the device. The token
+// sums (moe_permute_backward, moe_unpermute) are fp32 and deterministic (a
+// gather through a sorted inverse index, no atomics). token_of_row is not
+// range-checked (no host sync): a row naming a token outside [0, T) gets NaN
+// in the row-major outputs and is left out of the token sums.
+void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out);
+void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx);
+void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out);
+void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
+                            Tensor& dy, Tensor& dprobs);
 
 }  // namespace bb::cuda
