@@ -1,6 +1,7 @@
 // Expert parallelism under mpirun reproduces the single-rank float64 run:
 // bb-correctness's loss, grad norm, per-parameter grad norms (the experts
-// gathered over ep) and the losses and grad norms of 3 AdamW steps, to 1e-10,
+// gathered over ep), the losses and grad norms of 3 AdamW steps and the
+// parameters after them (exported with every expert gathered), to 1e-10,
 // for qwen3_moe with ep in {2, 4, 8} x dp: the fused-layout HF fixture
 // (6 experts, aux loss off, also matched against HF's numbers) and a random
 // init with 8 experts. With the aux loss on, ep changes nothing beside dp
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bumblebee/core/rng.h"
+#include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 #include "tests/model/hf_fixture.h"
 #include "tests/tools/tool_runner.h"
 
@@ -76,6 +78,20 @@ void expect_same_run(const nlohmann::json& par, const nlohmann::json& single, co
   }
 }
 
+void expect_same_params(const std::string& a, const std::string& b, const std::string& what) {
+  HFCheckpoint x = HFCheckpoint::open(a), y = HFCheckpoint::open(b);
+  ASSERT_EQ(x.names(), y.names()) << what;
+  for (const std::string& n : x.names()) {
+    const std::vector<double> u = x.get(n).to_doubles(), v = y.get(n).to_doubles();
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < u.size(); ++i) {
+      err = std::max(err, std::abs(u[i] - v[i]));
+      norm = std::max(norm, std::abs(v[i]));
+    }
+    EXPECT_LT(err / norm, 1e-10) << what << " parameter " << n;
+  }
+}
+
 struct Layout {
   std::string model;   // "fused": the HF fixture; "random8": 8 experts, random init
   int ep, ranks;
@@ -89,11 +105,17 @@ TEST_P(ExpertParallelParity, MatchesSingleRank) {
   const std::string fixture = fused ? "qwen3_moe_fused" : "qwen3_moe_experts";
   const std::string extra = fused ? "" : kRandomEight;
   const std::string tag = l.model + " ep" + std::to_string(l.ep) + " ranks" + std::to_string(l.ranks);
+  const fs::path tmp = fs::temp_directory_path() / ("bb_ep_" + std::to_string(::getpid()) + "_" + l.model + "_ep" +
+                                                     std::to_string(l.ep) + "_" + std::to_string(l.ranks));
+  fs::create_directories(tmp);
   const std::string tokens = synthetic_tokens();
-  const nlohmann::json single = run_correctness(1, 1, fixture, tokens, extra);
-  const nlohmann::json par = run_correctness(l.ranks, l.ep, fixture, tokens, extra);
+  const nlohmann::json single = run_correctness(1, 1, fixture, tokens, extra + " params_out=" + (tmp / "single").string());
+  const nlohmann::json par =
+      run_correctness(l.ranks, l.ep, fixture, tokens, extra + " params_out=" + (tmp / "parallel").string());
   if (!fused) ASSERT_TRUE(single["per_param_grad_norm"].contains("model.layers.0.mlp.experts.7.down_proj.weight"));
   expect_same_run(par, single, tag, 1e-10);
+  expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), tag);
+  fs::remove_all(tmp);
   fs::remove(tokens);
 
   if (fused && l.ranks == 2) {   // the fixture's own tokens against HF's numbers

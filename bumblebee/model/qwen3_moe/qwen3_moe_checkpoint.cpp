@@ -143,4 +143,31 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
     BB_CHECK(known.count(n), "checkpoint ", ckpt.dir(), " holds tensor '", n, "' that the model does not have");
 }
 
+void export_qwen3_moe_weights(ParamStore& store, ParallelContext& pc, const Qwen3MoeConfig& cfg,
+                              const LayerRange& range, const WeightSink& sink) {
+  const ExpertRange held = qwen3_moe_held_experts(store, cfg);
+  CheckpointMapping local = qwen3_moe_checkpoint_mapping(cfg, held);
+  if (held.count == cfg.num_experts) {
+    export_mapped_weights(store, pc.tp(), local, range, sink);
+    return;
+  }
+  std::erase_if(local.rules, is_expert_rule);
+  export_mapped_weights(store, pc.tp(), local, range, sink);
+  dist::Communicator& ep = pc.ep();
+  for (int64_t i = 0; i < cfg.dense.num_layers; ++i) {
+    if (!cfg.is_moe_layer(i) || !range.holds_layer(i)) continue;
+    for (int64_t e = 0; e < cfg.num_experts; ++e)
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+        const std::string name = expert_prefix(i, e) + proj + ".weight";
+        const int owner = int(e / held.count);
+        // Every expert of a layer has the same shape: this rank's first one is the template.
+        const Parameter& mine = param_named(store, expert_prefix(i, held.first) + proj + ".weight");
+        Tensor t = owner == ep.rank() ? param_named(store, name).value.clone()
+                                      : Tensor::empty(mine.value.shape(), mine.value.dtype(), mine.value.device());
+        ep.broadcast(t, owner);
+        sink(name, t);
+      }
+  }
+}
+
 }  // namespace bb

@@ -14,11 +14,13 @@
 // With expert parallelism a chunk holds one contiguous block of experts per
 // MoE layer (ExpertRange): its mapping has rules for those experts only and
 // lists the other experts' tensors as ignored, so loading picks the chunk's
-// experts from either layout and still checks the whole checkpoint.
+// experts from either layout and still checks the whole checkpoint; export
+// gathers every expert over the ep group.
 #pragma once
 
 #include "bumblebee/model/qwen3_moe/qwen3_moe_config.h"
 #include "bumblebee/primitive/ckpt/weight_mapping.h"
+#include "bumblebee/primitive/parallel/parallel_context.h"
 
 namespace bb {
 
@@ -39,5 +41,11 @@ bool qwen3_moe_layer_is_fused(const HFCheckpoint& ckpt, const Qwen3MoeConfig& cf
 
 void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg,
                             const LayerRange& range);
+
+// Export in the per-expert layout. With ep > 1 every expert tensor is
+// broadcast over the ep group from the rank holding it, so each rank's sink
+// sees all experts (a collective: every ep rank calls it).
+void export_qwen3_moe_weights(ParamStore& store, ParallelContext& pc, const Qwen3MoeConfig& cfg,
+                              const LayerRange& range, const WeightSink& sink);
 
 }  // namespace bb

@@ -69,11 +69,7 @@ void Qwen3MoeProtocol::load_hf_weights(ModelChunk& chunk, const HFCheckpoint& ck
 
 void Qwen3MoeProtocol::export_hf_weights(ModelChunk& chunk, ParallelContext& pc, const WeightSink& sink) const {
   const Qwen3MoeConfig cfg = Qwen3MoeConfig::from_json(chunk.config());
-  // Each ep rank holds a block of experts; gathering them for export is not written yet.
-  BB_CHECK(pc.ep().size() == 1, "exporting qwen3_moe weights with expert parallelism (backend.parallel.ep = ",
-           pc.ep().size(), ") is not implemented yet; export from an ep = 1 run");
-  export_mapped_weights(chunk.params(), pc.tp(), qwen3_moe_checkpoint_mapping(cfg, {0, cfg.num_experts}),
-                        chunk.layers(), sink);
+  export_qwen3_moe_weights(chunk.params(), pc, cfg, chunk.layers(), sink);
 }
 
 void register_qwen3_moe() {
