@@ -27,6 +27,9 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -77,21 +80,62 @@ PackedBatch pack(const std::vector<std::vector<int64_t>>& seqs, size_t first, si
   return b;
 }
 
+// Each ep rank's (name, squared grad norm) of its expert parameters, gathered
+// so every rank reports all experts: the ranks hold equally many, and the
+// names travel as character codes in one summed buffer (a slot per rank).
+std::vector<std::pair<std::string, double>> gather_over_ep(dist::Communicator& ep,
+                                                           const std::vector<std::pair<std::string, double>>& mine) {
+  if (ep.size() == 1) return mine;
+  constexpr size_t kWidth = 257;   // the squared norm, then up to 256 characters of name
+  const size_t slot = mine.size() * kWidth;
+  std::vector<double> buf(slot * size_t(ep.size()), 0.0);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto& [name, sq] = mine[i];
+    BB_CHECK(name.size() < kWidth, "expert parameter name '", name, "' is longer than ", kWidth - 1, " characters");
+    double* at = buf.data() + size_t(ep.rank()) * slot + i * kWidth;
+    at[0] = sq;
+    for (size_t c = 0; c < name.size(); ++c) at[c + 1] = double(static_cast<unsigned char>(name[c]));
+  }
+  Tensor t = Tensor::from_doubles(buf, {int64_t(buf.size())}, DType::F64);
+  ep.all_reduce(t);
+  const std::vector<double> all = t.to_doubles();
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t k = 0; k < all.size(); k += kWidth) {
+    std::string name;
+    for (size_t c = 1; c < kWidth && all[k + c] != 0.0; ++c) name.push_back(char(int(all[k + c])));
+    out.emplace_back(name, all[k]);
+  }
+  return out;
+}
+
 // Per-parameter gradient norms of the full (unsharded, dp-summed) gradient.
+// Expert parameters are summed over edp (each ep rank already holds its
+// experts' gradients of every ep rank's tokens) and gathered over ep.
 nlohmann::json per_param_grad_norms(Runtime& rt, ModelHandle& h, double& total_sq) {
   dist::ParallelState& ps = rt.parallel_state();
   nlohmann::json out = nlohmann::json::object();
+  std::vector<std::pair<std::string, double>> experts;
   total_sq = 0;
   for (Parameter& p : h.model().params().params()) {
     if (!p.requires_grad()) continue;   // frozen: no gradient
+    const bool expert = p.cls == ParamClass::Expert;
+    dist::Communicator& data = expert ? ps.edp() : ps.dp();
     Tensor g = p.grad;
-    if (ps.dp_size() > 1) {
+    if (data.size() > 1) {
       g = p.grad.clone();
-      ps.dp().all_reduce(g);
+      data.all_reduce(g);
     }
     double sq = ops::sum_squares(g);
     if (!p.replicated_over_tp()) sq = ps.tp().all_reduce_scalar(sq);
+    if (expert) {
+      experts.emplace_back(p.name, sq);
+      continue;
+    }
     out[p.name] = std::sqrt(sq);
+    total_sq += sq;
+  }
+  for (const auto& [name, sq] : gather_over_ep(ps.ep(), experts)) {
+    out[name] = std::sqrt(sq);
     total_sq += sq;
   }
   return out;

@@ -63,7 +63,8 @@ void check_backend(const RuntimeConfig& cfg) {
     BB_CHECK(v >= 1, "backend.parallel.", name, " must be >= 1, got ", v);
   BB_CHECK(p.pp == 1 && p.vpp == 1 && p.pp_layout.empty(), "pipeline parallelism (pp/vpp/pp_layout) is not implemented yet");
   BB_CHECK(p.cp == 1, "context parallelism (cp) is not implemented yet");
-  BB_CHECK(p.ep == 1 && (p.etp == 0 || p.etp == p.tp), "expert parallelism (ep/etp) needs an MoE model, not implemented yet");
+  BB_CHECK(p.etp == 0 || p.etp == 1 || p.etp == p.tp, "expert tensor parallelism (backend.parallel.etp = ", p.etp,
+           ") is not implemented yet; use etp = 1");
   if (b == "ref") {
     BB_CHECK(p.tp == 1, "backend=ref runs on one rank; backend.parallel.tp must be 1");
     BB_CHECK(Device::parse(cfg.backend_cfg.device).is_cpu(), "backend=ref runs on the CPU; use backend=bb for device=",
@@ -147,6 +148,14 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
            bcfg.optimizer.grad_bucket_size);
   ctx.grad_bucket_size = bcfg.optimizer.grad_bucket_size;
   st->model = st->protocol->build_model(model_cfg, ctx);
+  // Megatron runs dense layers under ep as a no-op; here it is an error so a
+  // layout that cannot shard anything is not mistaken for one that does.
+  if (bcfg.parallel.ep > 1) {
+    bool experts = false;
+    for (const Parameter& prm : st->model->params().params()) experts = experts || prm.cls == ParamClass::Expert;
+    BB_CHECK(experts, "backend.parallel.ep = ", bcfg.parallel.ep, " > 1 needs a model with experts; model '",
+             st->model->config().value("model_type", std::string("?")), "' has none");
+  }
   if (bcfg.load_hf_weights) {
     st->protocol->load_hf_weights(*st->model, HFCheckpoint::open(cfg_.hf_path));
   } else {

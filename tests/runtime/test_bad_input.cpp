@@ -199,7 +199,9 @@ TEST_F(BrokenFixture, LaterFeaturesAreClearErrors) {
       {[](BBConfig& b) { b.parallel.pp = 2; }, "pipeline parallelism (pp/vpp/pp_layout) is not implemented yet"},
       {[](BBConfig& b) { b.parallel.vpp = 2; }, "pipeline parallelism (pp/vpp/pp_layout) is not implemented yet"},
       {[](BBConfig& b) { b.parallel.cp = 2; }, "context parallelism (cp) is not implemented yet"},
-      {[](BBConfig& b) { b.parallel.ep = 2; }, "expert parallelism (ep/etp) needs an MoE model"},
+      // One rank cannot hold ep = 2 (a dense model with ep > 1 on ranks that can: tests/tools/test_expert_parallel_parity.cpp).
+      {[](BBConfig& b) { b.parallel.ep = 2; }, "is not divisible by etp*ep = 2 (etp 1, ep 2)"},
+      {[](BBConfig& b) { b.parallel.etp = 2; }, "expert tensor parallelism (backend.parallel.etp = 2) is not implemented yet"},
       {[](BBConfig& b) { b.optimizer.offload_fraction = 0.5; }, "optimizer.offload_fraction is not implemented yet"},
   };
   for (const auto& [edit, message] : cases) {

@@ -1,6 +1,7 @@
 // Qwen3-MoE checkpoint: the per-expert mapping, and loading of either expert layout.
 #include "bumblebee/model/qwen3_moe/qwen3_moe_checkpoint.h"
 
+#include <algorithm>
 #include <set>
 
 #include "bumblebee/model/dense/dense_checkpoint.h"
@@ -30,7 +31,23 @@ void check_shape(const HFCheckpoint& ckpt, const std::string& name, const Shape&
 }
 }  // namespace
 
-CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg) {
+ExpertRange qwen3_moe_held_experts(const ParamStore& store, const Qwen3MoeConfig& cfg) {
+  // Expert parameters are named model.layers.{i}.mlp.experts.{e}.*: read e.
+  int64_t lo = cfg.num_experts, hi = -1;
+  const std::string marker = ".mlp.experts.";
+  for (const Parameter& p : store.params()) {
+    if (p.cls != ParamClass::Expert) continue;
+    const size_t at = p.name.find(marker);
+    BB_CHECK(at != std::string::npos, "expert parameter '", p.name, "' is not named like an HF qwen3_moe expert");
+    const int64_t e = std::stoll(p.name.substr(at + marker.size()));
+    lo = std::min(lo, e);
+    hi = std::max(hi, e);
+  }
+  if (hi < 0) return {0, cfg.num_experts};   // a chunk without MoE layers
+  return {lo, hi - lo + 1};
+}
+
+CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg, const ExpertRange& experts) {
   const CheckpointMapping dense = dense_checkpoint_mapping(cfg.dense);
   CheckpointMapping m;
   m.tied_embedding = dense.tied_embedding;
@@ -49,7 +66,13 @@ CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg) {
     };
     add(mlp_prefix(i) + "gate.weight");
     for (int64_t e = 0; e < cfg.num_experts; ++e)
-      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) add(expert_prefix(i, e) + proj + ".weight");
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+        const std::string name = expert_prefix(i, e) + proj + ".weight";
+        if (experts.holds(e))
+          add(name);
+        else
+          m.ignored.push_back(name);   // another ep rank's expert
+      }
   }
   return m;
 }
@@ -71,7 +94,8 @@ bool qwen3_moe_layer_is_fused(const HFCheckpoint& ckpt, const Qwen3MoeConfig& cf
 
 void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg,
                             const LayerRange& range) {
-  const CheckpointMapping mapping = qwen3_moe_checkpoint_mapping(cfg);
+  const ExpertRange experts = qwen3_moe_held_experts(store, cfg);
+  const CheckpointMapping mapping = qwen3_moe_checkpoint_mapping(cfg, experts);
   std::set<int64_t> fused;
   for (int64_t i = 0; i < cfg.dense.num_layers; ++i)
     if (cfg.is_moe_layer(i) && qwen3_moe_layer_is_fused(ckpt, cfg, i)) fused.insert(i);
@@ -105,7 +129,7 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
     check_loadable_weight(down_name, down_full);
     const Tensor gu = gu_full.view({e_count * 2 * f, h});
     const Tensor down = down_full.view({e_count * h, f});
-    for (int64_t e = 0; e < e_count; ++e) {
+    for (int64_t e = experts.first; e < experts.first + experts.count; ++e) {
       const std::string p = expert_prefix(i, e);
       param_named(store, p + "gate_proj.weight").value.copy_from(gu.narrow(e * 2 * f, f));
       param_named(store, p + "up_proj.weight").value.copy_from(gu.narrow(e * 2 * f + f, f));
@@ -117,6 +141,33 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
     BB_CHECK(loaded.count(p.name), "parameter '", p.name, "' has no tensor in the model's checkpoint mapping");
   for (const std::string& n : ckpt.names())
     BB_CHECK(known.count(n), "checkpoint ", ckpt.dir(), " holds tensor '", n, "' that the model does not have");
+}
+
+void export_qwen3_moe_weights(ParamStore& store, ParallelContext& pc, const Qwen3MoeConfig& cfg,
+                              const LayerRange& range, const WeightSink& sink) {
+  const ExpertRange held = qwen3_moe_held_experts(store, cfg);
+  CheckpointMapping local = qwen3_moe_checkpoint_mapping(cfg, held);
+  if (held.count == cfg.num_experts) {
+    export_mapped_weights(store, pc.tp(), local, range, sink);
+    return;
+  }
+  std::erase_if(local.rules, is_expert_rule);
+  export_mapped_weights(store, pc.tp(), local, range, sink);
+  dist::Communicator& ep = pc.ep();
+  for (int64_t i = 0; i < cfg.dense.num_layers; ++i) {
+    if (!cfg.is_moe_layer(i) || !range.holds_layer(i)) continue;
+    for (int64_t e = 0; e < cfg.num_experts; ++e)
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+        const std::string name = expert_prefix(i, e) + proj + ".weight";
+        const int owner = int(e / held.count);
+        // Every expert of a layer has the same shape: this rank's first one is the template.
+        const Parameter& mine = param_named(store, expert_prefix(i, held.first) + proj + ".weight");
+        Tensor t = owner == ep.rank() ? param_named(store, name).value.clone()
+                                      : Tensor::empty(mine.value.shape(), mine.value.dtype(), mine.value.device());
+        ep.broadcast(t, owner);
+        sink(name, t);
+      }
+  }
 }
 
 }  // namespace bb

@@ -10,20 +10,42 @@
 // Native parameters are per expert under the hub names. Loading accepts
 // either layout per layer (a layer holding both is an error naming it);
 // export writes the per-expert layout. Everything is whole (tp = 1).
+//
+// With expert parallelism a chunk holds one contiguous block of experts per
+// MoE layer (ExpertRange): its mapping has rules for those experts only and
+// lists the other experts' tensors as ignored, so loading picks the chunk's
+// experts from either layout and still checks the whole checkpoint; export
+// gathers every expert over the ep group.
 #pragma once
 
 #include "bumblebee/model/qwen3_moe/qwen3_moe_config.h"
 #include "bumblebee/primitive/ckpt/weight_mapping.h"
+#include "bumblebee/primitive/parallel/parallel_context.h"
 
 namespace bb {
 
-// The per-expert layout as a CheckpointMapping.
-CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg);
+// The experts [first, first + count) a chunk holds in every MoE layer.
+struct ExpertRange {
+  int64_t first = 0, count = 0;
+  bool holds(int64_t e) const { return e >= first && e < first + count; }
+};
+
+// The experts whose parameters `store` holds (all of them at ep = 1).
+ExpertRange qwen3_moe_held_experts(const ParamStore& store, const Qwen3MoeConfig& cfg);
+
+// The per-expert layout as a CheckpointMapping of a chunk holding `experts`.
+CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg, const ExpertRange& experts);
 
 // Whether MoE layer `layer` of `ckpt` is stored fused (errors when it holds both layouts or half of the fused one).
 bool qwen3_moe_layer_is_fused(const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg, int64_t layer);
 
 void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg,
                             const LayerRange& range);
+
+// Export in the per-expert layout. With ep > 1 every expert tensor is
+// broadcast over the ep group from the rank holding it, so each rank's sink
+// sees all experts (a collective: every ep rank calls it).
+void export_qwen3_moe_weights(ParamStore& store, ParallelContext& pc, const Qwen3MoeConfig& cfg,
+                              const LayerRange& range, const WeightSink& sink);
 
 }  // namespace bb

@@ -69,7 +69,7 @@ void Qwen3MoeProtocol::load_hf_weights(ModelChunk& chunk, const HFCheckpoint& ck
 
 void Qwen3MoeProtocol::export_hf_weights(ModelChunk& chunk, ParallelContext& pc, const WeightSink& sink) const {
   const Qwen3MoeConfig cfg = Qwen3MoeConfig::from_json(chunk.config());
-  export_mapped_weights(chunk.params(), pc.tp(), qwen3_moe_checkpoint_mapping(cfg), chunk.layers(), sink);
+  export_qwen3_moe_weights(chunk.params(), pc, cfg, chunk.layers(), sink);
 }
 
 void register_qwen3_moe() {

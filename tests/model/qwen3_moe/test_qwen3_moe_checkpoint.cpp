@@ -22,7 +22,7 @@ Qwen3MoeConfig fixture_config(const std::string& name) {
 TEST(Qwen3MoeCheckpoint, MappingReplacesOnlyTheMoELayersMLP) {
   const Qwen3MoeConfig cfg = fixture_config("qwen3_moe_mixed");   // layer 0 dense, layers 1-2 MoE
   std::set<std::string> names;
-  for (const WeightRule& r : qwen3_moe_checkpoint_mapping(cfg).rules) names.insert(r.hf_name);
+  for (const WeightRule& r : qwen3_moe_checkpoint_mapping(cfg, {0, cfg.num_experts}).rules) names.insert(r.hf_name);
   EXPECT_TRUE(names.count("model.layers.0.mlp.gate_proj.weight"));
   EXPECT_FALSE(names.count("model.layers.1.mlp.gate_proj.weight"));
   EXPECT_TRUE(names.count("model.layers.1.mlp.gate.weight"));

@@ -15,10 +15,14 @@ SparseMoE::SparseMoE(ParamStore& store, const std::string& prefix, const SparseM
       router_(store, prefix + "gate.weight", {cfg.hidden, cfg.num_experts, cfg.top_k, cfg.norm_topk_prob}) {
   BB_CHECK(pc.tp().size() == 1, "MoE layers do not support tensor parallelism yet (backend.parallel.tp = ",
            pc.tp().size(), "); run with tp = 1");
-  BB_CHECK(pc.ep().size() == 1, "expert parallelism is not implemented yet (backend.parallel.ep = ", pc.ep().size(),
-           ")");
+  int64_t first = 0, local = cfg.num_experts;
+  if (pc.ep().size() > 1) {
+    dispatcher_.emplace(pc.ep(), cfg.num_experts);
+    first = dispatcher_->first_local_expert();
+    local = dispatcher_->local_experts();
+  }
   const ShardInfo whole{ShardKind::Replicated, 0, 1};
-  for (int64_t e = 0; e < cfg.num_experts; ++e) {
+  for (int64_t e = first; e < first + local; ++e) {
     const std::string p = prefix + "experts." + std::to_string(e) + ".";
     Expert x;
     x.gate = &store.add(p + "gate_proj.weight", {cfg.moe_ffn, cfg.hidden}, whole, InitKind::Normal, ParamClass::Expert);
@@ -42,34 +46,45 @@ Tensor SparseMoE::forward(const Tensor& x, const SequenceLayout& seq, std::uniqu
     for (int64_t t = 0; t < r.tokens; ++t) rows_of[size_t(r.experts[size_t(t * k + j)])].push_back(t * k + j);
   std::vector<int64_t>& token_of_row = s->row_token;
   std::vector<double> row_weight;
-  s->offsets.assign(1, 0);
+  std::vector<int64_t> rows_per_expert;
   for (const auto& rows : rows_of) {
     for (int64_t tk : rows) {
       token_of_row.push_back(tk / k);
       s->row_slot.push_back(tk % k);
       row_weight.push_back(r.weights[size_t(tk)]);
     }
-    s->offsets.push_back(int64_t(token_of_row.size()));
+    rows_per_expert.push_back(int64_t(rows.size()));
   }
   const int64_t n = int64_t(token_of_row.size());
   s->token_of_row = Tensor::from_vector<int64_t>(token_of_row, {n}).to(x.device());
   s->row_weights = Tensor::from_doubles(row_weight, {n}, x.dtype()).to(x.device());
   s->x_perm = Tensor::empty({n, cfg_.hidden}, x.dtype(), x.device());
   ops::moe_permute(x, s->token_of_row, s->x_perm);
-  s->y_perm = Tensor::empty({n, cfg_.hidden}, x.dtype(), x.device());
-  s->gate_up.resize(static_cast<size_t>(e_count));
-  s->h.resize(static_cast<size_t>(e_count));
-  for (int64_t e = 0; e < e_count; ++e) {
+  if (dispatcher_) {
+    s->plan = dispatcher_->plan(rows_per_expert);
+    s->offsets = s->plan.local_offsets;
+    s->x_experts = dispatcher_->dispatch(s->plan, s->x_perm);
+  } else {
+    s->offsets.assign(1, 0);
+    for (int64_t c : rows_per_expert) s->offsets.push_back(s->offsets.back() + c);
+    s->x_experts = s->x_perm;
+  }
+  const int64_t local = int64_t(experts_.size());
+  Tensor y_experts = Tensor::empty(s->x_experts.shape(), x.dtype(), x.device());
+  s->gate_up.resize(static_cast<size_t>(local));
+  s->h.resize(static_cast<size_t>(local));
+  for (int64_t e = 0; e < local; ++e) {
     const int64_t rows = s->offsets[size_t(e + 1)] - s->offsets[size_t(e)];
     if (rows == 0) continue;
     const Expert& ex = experts_[size_t(e)];
-    const Tensor xe = s->x_perm.narrow(s->offsets[size_t(e)], rows);
+    const Tensor xe = s->x_experts.narrow(s->offsets[size_t(e)], rows);
     s->gate_up[size_t(e)] = linear_forward(xe, store_->fused_value(*ex.gate, *ex.up));
     s->h[size_t(e)] = Tensor::empty({rows, cfg_.moe_ffn}, x.dtype(), x.device());
     ops::swiglu_forward(s->gate_up[size_t(e)], s->h[size_t(e)]);
-    Tensor ye = s->y_perm.narrow(s->offsets[size_t(e)], rows);
+    Tensor ye = y_experts.narrow(s->offsets[size_t(e)], rows);
     ye.copy_from(linear_forward(s->h[size_t(e)], ex.down->value));
   }
+  s->y_perm = dispatcher_ ? dispatcher_->combine(s->plan, y_experts) : y_experts;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   ops::moe_unpermute(s->y_perm, s->token_of_row, s->row_weights, y);
 
@@ -91,21 +106,25 @@ Tensor SparseMoE::backward(const Tensor& dy, const SequenceLayout&, std::unique_
   Tensor drow_weights = Tensor::empty({n}, dy.dtype(), dy.device());
   ops::moe_unpermute_backward(dy, s.y_perm, s.token_of_row, s.row_weights, dy_perm, drow_weights);
 
-  Tensor dx_perm = Tensor::empty({n, cfg_.hidden}, dy.dtype(), dy.device());
-  for (int64_t e = 0; e < e_count; ++e) {
+  // dispatch and combine are each other's adjoints: the output gradient goes
+  // out like the input rows did, the input gradient comes back like the output.
+  const Tensor dy_experts = dispatcher_ ? dispatcher_->dispatch(s.plan, dy_perm) : dy_perm;
+  Tensor dx_experts = Tensor::empty(s.x_experts.shape(), dy.dtype(), dy.device());
+  for (int64_t e = 0; e < int64_t(experts_.size()); ++e) {
     const int64_t rows = s.offsets[size_t(e + 1)] - s.offsets[size_t(e)];
     if (rows == 0) continue;
     const Expert& ex = experts_[size_t(e)];
     const int64_t first = s.offsets[size_t(e)];
     Tensor dh;
-    linear_backward(dy_perm.narrow(first, rows), s.h[size_t(e)], ex.down->value, ex.down->grad, dh, false);
+    linear_backward(dy_experts.narrow(first, rows), s.h[size_t(e)], ex.down->value, ex.down->grad, dh, false);
     Tensor dgu = Tensor::empty(s.gate_up[size_t(e)].shape(), dy.dtype(), dy.device());
     ops::swiglu_backward(dh, s.gate_up[size_t(e)], dgu);
     Tensor dw = store_->fused_grad(*ex.gate, *ex.up);
     Tensor dxe;
-    linear_backward(dgu, s.x_perm.narrow(first, rows), store_->fused_value(*ex.gate, *ex.up), dw, dxe, false);
-    dx_perm.narrow(first, rows).copy_from(dxe);
+    linear_backward(dgu, s.x_experts.narrow(first, rows), store_->fused_value(*ex.gate, *ex.up), dw, dxe, false);
+    dx_experts.narrow(first, rows).copy_from(dxe);
   }
+  const Tensor dx_perm = dispatcher_ ? dispatcher_->combine(s.plan, dx_experts) : dx_experts;
   Tensor dx = Tensor::empty(s.x.shape(), dy.dtype(), dy.device());
   ops::moe_permute_backward(dx_perm, s.token_of_row, dx);
 

@@ -15,14 +15,19 @@
 // block records its router output there in forward and adds the auxiliary
 // loss's gradient to its router's probabilities in backward.
 //
-// One rank per expert set for now: tp > 1 and ep > 1 are rejected with an
-// error (expert tensor and expert parallelism come with the dispatcher).
+// Expert parallelism (ep > 1, etp = 1): the rank holds only its block of
+// E / ep experts (declared under their global names), and a TokenDispatcher
+// sends each permuted row to the rank of its expert and the results back;
+// the router and the auxiliary loss are replicated. tp > 1 (and so etp > 1)
+// is rejected with an error.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bumblebee/primitive/modules/block.h"
+#include "bumblebee/primitive/modules/moe/token_dispatcher.h"
 #include "bumblebee/primitive/modules/moe/topk_router.h"
 #include "bumblebee/primitive/parallel/parallel_context.h"
 
@@ -37,8 +42,10 @@ class SparseMoE : public Block {
  public:
   struct Saved : BlockState {
     Tensor x, x_perm, y_perm, token_of_row, row_weights;
+    Tensor x_experts;                     // the local experts' rows: x_perm itself when ep = 1
     Routing routing;
-    std::vector<int64_t> offsets;         // [E + 1]: expert e's rows are [offsets[e], offsets[e + 1])
+    TokenDispatcher::Plan plan;           // ep > 1 only
+    std::vector<int64_t> offsets;         // [L + 1]: local expert l's rows of x_experts are [offsets[l], offsets[l + 1])
     std::vector<int64_t> row_token;       // [N]: token_of_row on the host
     std::vector<int64_t> row_slot;        // [N]: the row's position j in its token's top-k
     std::vector<Tensor> gate_up, h;       // per expert with rows
@@ -55,7 +62,8 @@ class SparseMoE : public Block {
   ParamStore* store_;
   SparseMoEConfig cfg_;
   TopKRouter router_;
-  std::vector<Expert> experts_;
+  std::optional<TokenDispatcher> dispatcher_;   // ep > 1
+  std::vector<Expert> experts_;                 // the local experts
 };
 
 // The feed-forward slot filled with a SparseMoE block.
