@@ -37,7 +37,8 @@ std::string optimizer_file(int rank, int world) {
 // What decides which slice of the optimizer state each rank holds.
 nlohmann::json layout_of(dist::ParallelState& ps, const ModelState& st) {
   return {{"world_size", ps.world_size()}, {"tp", ps.tp_size()}, {"dp", ps.dp_size()}, {"pp", ps.pp_size()},
-          {"cp", ps.cp_size()}, {"grad_bucket_size", st.cfg.optimizer.grad_bucket_size},
+          {"cp", ps.cp_size()}, {"ep", ps.ep_size()}, {"etp", ps.etp_size()},
+          {"grad_bucket_size", st.cfg.optimizer.grad_bucket_size},
           {"no_weight_decay_1d", st.cfg.optimizer.no_weight_decay_1d}, {"frozen_params", st.cfg.frozen_params}};
 }
 
