@@ -11,13 +11,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "bumblebee/core/rng.h"
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 #include "tests/model/hf_fixture.h"
+#include "tests/tools/parity_support.h"
 #include "tests/tools/tool_runner.h"
 
 #ifdef BB_WITH_MPI
@@ -45,36 +44,23 @@ nlohmann::json run_correctness(int ranks, int ep, const std::string& fixture, co
   return test::last_json_line(r.out);
 }
 
-double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
-
 // Eight sequences (ids below the fixtures' vocabularies) so dp = 8 gives every rank one.
-std::string synthetic_tokens() {
-  const std::string path = (fs::temp_directory_path() / ("bb_ep_tokens_" + std::to_string(::getpid()) + ".json")).string();
-  Generator gen(5);
-  nlohmann::json j = nlohmann::json::array();
-  for (int s = 0; s < 8; ++s) {
-    nlohmann::json row = nlohmann::json::array();
-    for (int t = 0; t < 9; ++t) row.push_back(int(gen.next_u64() % 89));
-    j.push_back(row);
-  }
-  std::ofstream(path) << j.dump();
-  return path;
-}
+std::string synthetic_tokens() { return test::random_tokens_file("bb_ep_tokens", 5, 8, 9, 89); }
 
 void expect_same_run(const nlohmann::json& par, const nlohmann::json& single, const std::string& tag, double tol) {
-  EXPECT_LT(rel(par["loss"], single["loss"]), tol) << tag;
-  EXPECT_LT(rel(par["grad_norm"], single["grad_norm"]), tol) << tag;
-  if (single.contains("aux_loss")) EXPECT_LT(rel(par["aux_loss"], single["aux_loss"]), tol) << tag;
+  EXPECT_LT(test::rel(par["loss"], single["loss"]), tol) << tag;
+  EXPECT_LT(test::rel(par["grad_norm"], single["grad_norm"]), tol) << tag;
+  if (single.contains("aux_loss")) EXPECT_LT(test::rel(par["aux_loss"], single["aux_loss"]), tol) << tag;
   ASSERT_EQ(par["losses"].size(), single["losses"].size()) << tag;
   for (size_t i = 0; i < single["losses"].size(); ++i) {
-    EXPECT_LT(rel(par["losses"][i], single["losses"][i]), tol) << tag << " step " << i;
+    EXPECT_LT(test::rel(par["losses"][i], single["losses"][i]), tol) << tag << " step " << i;
     if (single.contains("grad_norms"))
-      EXPECT_LT(rel(par["grad_norms"][i], single["grad_norms"][i]), tol) << tag << " step " << i;
+      EXPECT_LT(test::rel(par["grad_norms"][i], single["grad_norms"][i]), tol) << tag << " step " << i;
   }
   ASSERT_EQ(par["per_param_grad_norm"].size(), single["per_param_grad_norm"].size()) << tag;
   for (const auto& [name, norm] : single["per_param_grad_norm"].items()) {
     ASSERT_TRUE(par["per_param_grad_norm"].contains(name)) << tag << " lacks " << name;
-    EXPECT_LT(rel(par["per_param_grad_norm"][name], norm), tol) << tag << " " << name;
+    EXPECT_LT(test::rel(par["per_param_grad_norm"][name], norm), tol) << tag << " " << name;
   }
 }
 
@@ -122,12 +108,12 @@ TEST_P(ExpertParallelParity, MatchesSingleRank) {
     const std::string dir = test::fixture_dir(fixture);
     const nlohmann::json ref = test::read_json(dir + "/reference.json");
     const nlohmann::json hf = run_correctness(l.ranks, l.ep, fixture, dir + "/tokens.json", "");
-    EXPECT_LT(rel(hf["loss"], ref["loss"]), 1e-9) << tag;
-    EXPECT_LT(rel(hf["grad_norm"], ref["grad_norm"]), 1e-9) << tag;
+    EXPECT_LT(test::rel(hf["loss"], ref["loss"]), 1e-9) << tag;
+    EXPECT_LT(test::rel(hf["grad_norm"], ref["grad_norm"]), 1e-9) << tag;
     // The fused expert tensors are reported per expert (docs/models.md): the other names match.
     for (const auto& [name, norm] : ref["per_param_grad_norm"].items())
       if (hf["per_param_grad_norm"].contains(name))
-        EXPECT_LT(rel(hf["per_param_grad_norm"][name], norm), 1e-8) << tag << " " << name;
+        EXPECT_LT(test::rel(hf["per_param_grad_norm"][name], norm), 1e-8) << tag << " " << name;
   }
 }
 

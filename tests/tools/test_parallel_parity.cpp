@@ -5,13 +5,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "bumblebee/core/rng.h"
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 #include "tests/model/hf_fixture.h"
+#include "tests/tools/parity_support.h"
 #include "tests/tools/tool_runner.h"
 
 #ifdef BB_WITH_MPI
@@ -34,21 +33,8 @@ nlohmann::json run_correctness(int ranks, int tp, const std::string& tokens, con
   return test::last_json_line(r.out);
 }
 
-double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
-
 // Eight sequences so that dp = 4 still gives every rank two.
-std::string synthetic_tokens() {
-  const std::string path = (fs::temp_directory_path() / ("bb_parallel_tokens_" + std::to_string(::getpid()) + ".json")).string();
-  Generator gen(7);
-  nlohmann::json j = nlohmann::json::array();
-  for (int s = 0; s < 8; ++s) {
-    nlohmann::json row = nlohmann::json::array();
-    for (int t = 0; t < 9; ++t) row.push_back(int(gen.next_u64() % 157));
-    j.push_back(row);
-  }
-  std::ofstream(path) << j.dump();
-  return path;
-}
+std::string synthetic_tokens() { return test::random_tokens_file("bb_parallel_tokens", 7, 8, 9, 157); }
 
 void expect_same_params(const std::string& a, const std::string& b, const std::string& what) {
   HFCheckpoint x = HFCheckpoint::open(a), y = HFCheckpoint::open(b);
@@ -78,24 +64,24 @@ TEST_P(ParallelParity, MatchesSingleRankAndHF) {
   const std::string tokens = synthetic_tokens();
   const nlohmann::json single = run_correctness(1, 1, tokens, (tmp / "single").string());
   const nlohmann::json par = run_correctness(tp * dp, tp, tokens, (tmp / "parallel").string());
-  EXPECT_LT(rel(par["loss"], single["loss"]), 1e-10) << tag;
-  EXPECT_LT(rel(par["grad_norm"], single["grad_norm"]), 1e-10) << tag;
+  EXPECT_LT(test::rel(par["loss"], single["loss"]), 1e-10) << tag;
+  EXPECT_LT(test::rel(par["grad_norm"], single["grad_norm"]), 1e-10) << tag;
   for (size_t i = 0; i < single["losses"].size(); ++i)
-    EXPECT_LT(rel(par["losses"][i], single["losses"][i]), 1e-10) << tag << " step " << i;
+    EXPECT_LT(test::rel(par["losses"][i], single["losses"][i]), 1e-10) << tag << " step " << i;
   for (const auto& [name, norm] : single["per_param_grad_norm"].items())
-    EXPECT_LT(rel(par["per_param_grad_norm"][name], norm), 1e-10) << tag << " " << name;
+    EXPECT_LT(test::rel(par["per_param_grad_norm"][name], norm), 1e-10) << tag << " " << name;
   expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), tag);
 
   if (dp <= 2) {   // the fixture's two sequences split over at most two dp ranks
     const std::string dir = test::fixture_dir(kFixture);
     const nlohmann::json ref = test::read_json(dir + "/reference.json");
     const nlohmann::json hf = run_correctness(tp * dp, tp, dir + "/tokens.json", (tmp / "hf").string());
-    EXPECT_LT(rel(hf["loss"], ref["loss"]), 1e-9) << tag;
-    EXPECT_LT(rel(hf["grad_norm"], ref["grad_norm"]), 1e-9) << tag;
+    EXPECT_LT(test::rel(hf["loss"], ref["loss"]), 1e-9) << tag;
+    EXPECT_LT(test::rel(hf["grad_norm"], ref["grad_norm"]), 1e-9) << tag;
     for (size_t i = 0; i < hf["losses"].size(); ++i)
-      EXPECT_LT(rel(hf["losses"][i], ref["losses"][i]), 1e-9) << tag << " step " << i;
+      EXPECT_LT(test::rel(hf["losses"][i], ref["losses"][i]), 1e-9) << tag << " step " << i;
     for (const auto& [name, norm] : ref["per_param_grad_norm"].items())
-      EXPECT_LT(rel(hf["per_param_grad_norm"][name], norm), 1e-8) << tag << " " << name;
+      EXPECT_LT(test::rel(hf["per_param_grad_norm"][name], norm), 1e-8) << tag << " " << name;
   }
   fs::remove_all(tmp);
   fs::remove(tokens);
