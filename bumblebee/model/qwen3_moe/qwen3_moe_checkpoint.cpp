@@ -19,9 +19,9 @@ std::string expert_prefix(int64_t layer, int64_t e) {
 bool is_expert_rule(const WeightRule& rule) { return rule.native_name.find(".mlp.experts.") != std::string::npos; }
 
 Parameter& param_named(ParamStore& store, const std::string& name) {
-  for (Parameter& p : store.params())
-    if (p.name == name) return p;
-  BB_FAIL("the qwen3_moe checkpoint mapping names parameter '", name, "', which this chunk does not have");
+  Parameter* p = store.find(name);
+  BB_CHECK(p, "the qwen3_moe checkpoint mapping names parameter '", name, "', which this chunk does not have");
+  return *p;
 }
 
 void check_shape(const HFCheckpoint& ckpt, const std::string& name, const Shape& expected) {

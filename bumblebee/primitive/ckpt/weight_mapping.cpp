@@ -21,9 +21,7 @@ const char* split_name(ShardKind k) {
 
 // The parameter a rule fills, checked against what the module declared.
 Parameter& mapped_param(ParamStore& store, const WeightRule& rule) {
-  Parameter* p = nullptr;
-  for (Parameter& q : store.params())
-    if (q.name == rule.native_name) p = &q;
+  Parameter* p = store.find(rule.native_name);
   BB_CHECK(p, "the checkpoint mapping names parameter '", rule.native_name, "' (HF '", rule.hf_name,
            "'), which this chunk does not have");
   BB_CHECK(p->shard == rule.split, "parameter '", p->name, "' is ", split_name(p->shard),

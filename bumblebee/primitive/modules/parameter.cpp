@@ -43,6 +43,7 @@ Parameter& ParamStore::add(const std::string& name, const Shape& full_shape, Sha
   }
   numel_ += shape_numel(p.local_shape);
   p.index = params_.size();
+  index_of_.emplace(name, p.index);
   params_.push_back(std::move(p));
   joined_to_next_.push_back(false);
   return params_.back();
@@ -132,15 +133,19 @@ DType ParamStore::param_dtype() const {
 }
 
 Parameter& ParamStore::get(const std::string& name) {
-  for (Parameter& p : params_)
-    if (p.name == name) return p;
-  BB_FAIL("no parameter named '", name, "'");
+  Parameter* p = find(name);
+  BB_CHECK(p, "no parameter named '", name, "'");
+  return *p;
+}
+
+Parameter* ParamStore::find(const std::string& name) {
+  auto it = index_of_.find(name);
+  return it == index_of_.end() ? nullptr : &params_[it->second];
 }
 
 const Parameter* ParamStore::find(const std::string& name) const {
-  for (const Parameter& p : params_)
-    if (p.name == name) return &p;
-  return nullptr;
+  auto it = index_of_.find(name);
+  return it == index_of_.end() ? nullptr : &params_[it->second];
 }
 
 Tensor ParamStore::fused(const Tensor& flat, const Parameter& first, const Parameter& last) const {

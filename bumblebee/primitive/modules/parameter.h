@@ -23,6 +23,7 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -137,6 +138,7 @@ class ParamStore {
   std::deque<Parameter>& params() { return params_; }
   const std::deque<Parameter>& params() const { return params_; }
   Parameter& get(const std::string& name);
+  Parameter* find(const std::string& name);
   const Parameter* find(const std::string& name) const;
   // In order of their first parameter.
   std::vector<std::unique_ptr<ParamGroup>>& groups() { return groups_; }
@@ -158,6 +160,7 @@ class ParamStore {
   void allocate_group(ParamGroup& g, DType param_dtype, DType grad_dtype, Device device, int64_t pad_to,
                       int64_t bucket_size);
   std::deque<Parameter> params_;
+  std::map<std::string, size_t> index_of_;   // name -> position in params_ (a model has tens of thousands)
   std::vector<bool> joined_to_next_;   // per parameter: must stay adjacent to the next one
   std::vector<std::unique_ptr<ParamGroup>> groups_;
   int64_t numel_ = 0;
