@@ -3,9 +3,11 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -45,8 +47,17 @@ inline nlohmann::json last_json_line(const std::string& out) {
 
 inline std::string tool(const std::string& name) { return std::string(BB_BINARY_DIR) + "/bin/" + name; }
 
+// Each launch gets a session directory of its own: Open MPI 4 creates
+// /tmp/ompi.<host>.<uid> without tolerating a concurrent mpirun doing the same
+// ("mkdir ... File exists"), which ctest -j runs hit.
 inline std::string mpirun(int ranks) {
-  return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
+  static int launches = 0;
+  const std::string session = (std::filesystem::temp_directory_path() /
+                               ("bb_ompi_" + std::to_string(::getpid()) + "_" + std::to_string(launches++)))
+                                  .string();
+  std::filesystem::create_directories(session);
+  return "mpirun --allow-run-as-root --oversubscribe --mca orte_tmpdir_base " + session + " -np " +
+         std::to_string(ranks) + " ";
 }
 
 }  // namespace bb::test
