@@ -7,15 +7,17 @@
 #include <functional>
 
 #include "bumblebee/distributed/world.h"
+#include "tests/mpi/mpi_test_support.h"
 
 using bb::DType;
 using bb::Tensor;
 using bb::dist::Communicator;
 using bb::dist::World;
 
-namespace {
+using bb::test::error_message;
+using bb::test::world_comm;
 
-Communicator& world_comm() { return World::instance().comm(); }
+namespace {
 
 constexpr int64_t kCols = 3;
 
@@ -33,15 +35,6 @@ Tensor blocks(int me, const std::vector<int64_t>& counts, bool sending, DType dt
         v.push_back(sending ? row_value(me, j, k, col) : row_value(j, me, k, col));
   const int64_t rows = int64_t(v.size()) / kCols;
   return Tensor::from_doubles(v, {rows, 1, kCols}, dt);
-}
-
-std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const bb::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

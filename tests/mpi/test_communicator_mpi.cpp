@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "bumblebee/distributed/world.h"
+#include "tests/mpi/mpi_test_support.h"
 
 using bb::DType;
 using bb::Tensor;
@@ -18,9 +19,10 @@ using bb::dist::Communicator;
 using bb::dist::ReduceOp;
 using bb::dist::World;
 
-namespace {
+using bb::test::error_message;
+using bb::test::world_comm;
 
-Communicator& world_comm() { return World::instance().comm(); }
+namespace {
 
 // A value no two ranks share, exact in float32: multiples of 1/4 below 2^12.
 double exact_value(int rank, int64_t i) { return rank * 100.0 + double(i) + 0.25; }
@@ -32,15 +34,6 @@ Tensor filled(int64_t n, DType dt, const std::function<double(int64_t)>& f) {
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[size_t(i)] = f(i);
   return Tensor::from_doubles(v, {n}, dt);
-}
-
-std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const bb::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

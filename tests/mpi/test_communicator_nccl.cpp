@@ -6,6 +6,7 @@
 #include "bumblebee/core/device_memory.h"
 #include "bumblebee/distributed/parallel_state.h"
 #include "bumblebee/distributed/world.h"
+#include "tests/mpi/mpi_test_support.h"
 
 using bb::Device;
 using bb::DType;
@@ -14,15 +15,11 @@ using bb::dist::Communicator;
 using bb::dist::ReduceOp;
 using bb::dist::World;
 
+using bb::test::every_rank_has_a_gpu;
+
 namespace {
 
 // Collective decision, so that no rank runs a collective the others skip.
-bool every_rank_has_a_gpu() {
-  World& w = World::instance();
-  const bool mine = bb::cuda_device_count() > w.local_rank();
-  return w.comm().all_reduce_scalar(mine ? 1.0 : 0.0) == double(w.size());
-}
-
 Tensor on_gpu(const std::vector<double>& v, const bb::Shape& shape, DType dt) {
   return Tensor::from_doubles(v, shape, dt).to(Device::cuda(World::instance().local_rank()));
 }

@@ -8,6 +8,7 @@
 #include "bumblebee/core/device_memory.h"
 #include "bumblebee/distributed/world.h"
 #include "bumblebee/ops/op_profile.h"
+#include "tests/mpi/mpi_test_support.h"
 
 using bb::Device;
 using bb::DType;
@@ -16,15 +17,11 @@ using bb::dist::Communicator;
 using bb::dist::P2POp;
 using bb::dist::World;
 
+using bb::test::every_rank_has_a_gpu;
+
 namespace {
 
 // Collective decision, so that no rank runs a collective the others skip.
-bool every_rank_has_a_gpu() {
-  World& w = World::instance();
-  const bool mine = bb::cuda_device_count() > w.local_rank();
-  return w.comm().all_reduce_scalar(mine ? 1.0 : 0.0) == double(w.size());
-}
-
 Device my_gpu() { return Device::cuda(World::instance().local_rank()); }
 
 // Small integers, exact in bfloat16: sender * 16 + receiver * 4 + element % 4.

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "bumblebee/distributed/world.h"
+#include "tests/mpi/mpi_test_support.h"
 
 using bb::DType;
 using bb::Tensor;
@@ -17,9 +18,10 @@ using bb::dist::Communicator;
 using bb::dist::P2POp;
 using bb::dist::World;
 
-namespace {
+using bb::test::error_message;
+using bb::test::world_comm;
 
-Communicator& world_comm() { return World::instance().comm(); }
+namespace {
 
 double message_value(int from, int to, int64_t i) { return from * 1000.0 + to * 100.0 + double(i); }
 
@@ -32,15 +34,6 @@ Tensor message(int from, int to, const bb::Shape& shape, DType dt) {
 // What the receiver must hold: the message's values as the dtype stores them.
 std::vector<double> expected_message(int from, int to, int64_t n, DType dt) {
   return message(from, to, {n}, dt).to_doubles();
-}
-
-std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const bb::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
