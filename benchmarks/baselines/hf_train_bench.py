@@ -1,21 +1,27 @@
-"""PyTorch + Hugging Face transformers training-throughput baseline for the Qwen3-0.6B and Qwen3-1.7B architectures.
+"""PyTorch + Hugging Face transformers training-throughput baseline for the Qwen3 and Qwen3-MoE architectures.
 
-Random init from config values written below (copied from the Hub's Qwen/Qwen3-0.6B and Qwen/Qwen3-1.7B
-config.json; nothing is downloaded), bf16 weights, pure-bf16 torch.optim.AdamW (fused, states in bf16), SDPA
-attention, HF's own causal-LM loss (labels=input_ids). Each run: --warmup untimed steps (torch.compile compiles in
-them), then --steps timed steps, each bracketed by torch.cuda.synchronize. Prints one JSON line per run:
+Models: Qwen3-0.6B, Qwen3-1.7B, Qwen3-8B (12 of its 36 layers by default) and Qwen3-30B-A3B (Qwen3MoeForCausalLM,
+4 of its 48 layers by default, experts on transformers 5's "grouped_mm" experts implementation, i.e.
+torch.nn.functional.grouped_mm over the fused [E, 2I, H] / [E, H, I] expert weights). --layers L keeps the first L
+layers. Random init from config values written below (copied from the Hub's config.json of each; nothing is
+downloaded), bf16 weights, pure-bf16 torch.optim.AdamW (fused, states in bf16), SDPA attention, HF's own
+causal-LM loss (labels=input_ids; for the MoE model without the router's auxiliary loss, output_router_logits
+being false as on the Hub). Each run: --warmup untimed steps (torch.compile compiles in them), then --steps
+timed steps, each bracketed by torch.cuda.synchronize. Prints one JSON line per run:
   {model, mode, seq_len, tokens_per_step, step_ms, tokens_per_s, mfu, peak_mem_gib, ...}
 
 Model FLOPs per step (the usual "6N + attention" count, no recomputation counted):
-  6 * N * T + 6 * L * T * S * d_attn
-  N = all parameters, embeddings counted once (tied lm_head not again); T = tokens per step; L = layers;
-  S = seq_len; d_attn = num_attention_heads * head_dim. The attention term: QK^T and PV cost 2 * 2 * S * d_attn
-  FLOPs per token per layer forward, x3 for forward + backward = 12 * S * d_attn, halved for the causal mask.
-  MFU = FLOPs per step / step time / 989e12 (H100/H200 SXM dense bf16 peak).
+  6 * N_active * T + 6 * L * T * S * d_attn
+  N_active = parameters without the embedding lookup (a tied lm_head/embedding counts once), the routed experts
+  of an MoE layer at num_experts_per_tok / num_experts of their count (the router counts whole); T = tokens per
+  step; L = layers; S = seq_len; d_attn = num_attention_heads * head_dim. The attention term: QK^T and PV cost
+  2 * 2 * S * d_attn FLOPs per token per layer forward, x3 for forward + backward = 12 * S * d_attn, halved for
+  the causal mask. MFU = FLOPs per step / step time / 989e12 (H100/H200 SXM dense bf16 peak).
 
 Run on one GPU:
   python benchmarks/baselines/hf_train_bench.py --models qwen3-0.6b qwen3-1.7b --modes eager compile \
       --micro-batch 2 --grad-accum 4 --steps 10 --warmup 3
+  python benchmarks/baselines/hf_train_bench.py --models qwen3-30b-a3b --layers 4 --modes eager
 """
 
 import argparse
@@ -26,7 +32,7 @@ import time
 
 import torch
 import transformers
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 H100_BF16_PEAK_FLOPS = 989e12
 
@@ -36,36 +42,61 @@ QWEN3_COMMON = dict(vocab_size=151936, num_hidden_layers=28, num_attention_heads
                     attention_bias=False, attention_dropout=0.0, tie_word_embeddings=True,
                     initializer_range=0.02, bos_token_id=151643, eos_token_id=151645,
                     rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, use_cache=False)
+# Qwen/Qwen3-30B-A3B's config.json (every layer MoE: decoder_sparse_step 1, no mlp_only_layers).
+QWEN3_MOE_30B_A3B = dict(QWEN3_COMMON, hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
+                         num_attention_heads=32, num_key_value_heads=4, tie_word_embeddings=False, num_experts=128,
+                         num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True,
+                         decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=False,
+                         router_aux_loss_coef=0.001)
+# name -> (config class, model class, config values, layers kept by default; 0: all)
 MODELS = {
-    "qwen3-0.6b": dict(QWEN3_COMMON, hidden_size=1024, intermediate_size=3072),
-    "qwen3-1.7b": dict(QWEN3_COMMON, hidden_size=2048, intermediate_size=6144),
+    "qwen3-0.6b": (Qwen3Config, Qwen3ForCausalLM, dict(QWEN3_COMMON, hidden_size=1024, intermediate_size=3072), 0),
+    "qwen3-1.7b": (Qwen3Config, Qwen3ForCausalLM, dict(QWEN3_COMMON, hidden_size=2048, intermediate_size=6144), 0),
+    "qwen3-8b": (Qwen3Config, Qwen3ForCausalLM,
+                 dict(QWEN3_COMMON, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                      num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False), 12),
+    "qwen3-30b-a3b": (Qwen3MoeConfig, Qwen3MoeForCausalLM, QWEN3_MOE_30B_A3B, 4),
 }
 
 
-def build_model(name, activation_checkpointing):
-    config = Qwen3Config(**MODELS[name])
+def layers_kept(name, layers):
+    """The number of layers a run keeps: --layers, else the model's default (0: all of them)."""
+    default = MODELS[name][3] or MODELS[name][2]["num_hidden_layers"]
+    return layers or default
+
+
+def build_model(name, layers, activation_checkpointing):
+    config_class, model_class, values, _ = MODELS[name]
+    config = config_class(**dict(values, num_hidden_layers=layers))
+    extra = {"experts_implementation": "grouped_mm"} if model_class is Qwen3MoeForCausalLM else {}
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = Qwen3ForCausalLM._from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
+        model = model_class._from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa", **extra)
     if activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    return model, config
+    return model, model.config
 
 
-def parameter_count(model):
-    # named_parameters() yields a tied lm_head/embedding once.
-    return sum(p.numel() for p in model.parameters())
+def parameter_counts(model, config):
+    """(all parameters, N_active of the FLOP count); parameters() yields a tied lm_head/embedding once."""
+    total = sum(p.numel() for p in model.parameters())
+    active = total if config.tie_word_embeddings else total - model.get_input_embeddings().weight.numel()
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".mlp.experts." in n)
+    if experts:
+        active -= experts - experts * config.num_experts_per_tok // config.num_experts
+    return total, active
 
 
-def model_flops_per_step(config, n_params, tokens_per_step, seq_len):
+def model_flops_per_step(config, n_active, tokens_per_step, seq_len):
     d_attn = config.num_attention_heads * config.head_dim
-    return 6 * n_params * tokens_per_step + 6 * config.num_hidden_layers * tokens_per_step * seq_len * d_attn
+    return 6 * n_active * tokens_per_step + 6 * config.num_hidden_layers * tokens_per_step * seq_len * d_attn
 
 
 def run_one(name, mode, args):
-    model, config = build_model(name, args.activation_checkpointing)
-    n_params = parameter_count(model)
+    layers = layers_kept(name, args.layers)
+    model, config = build_model(name, layers, args.activation_checkpointing)
+    n_params, n_active = parameter_counts(model, config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
                                   fused=args.optimizer == "fused", foreach=args.optimizer == "foreach")
     forward = torch.compile(model) if mode == "compile" else model
@@ -97,13 +128,16 @@ def run_one(name, mode, args):
         torch.cuda.synchronize()
         step_ms.append((time.perf_counter() - start) * 1e3)
     mean_ms = statistics.mean(step_ms)
-    flops = model_flops_per_step(config, n_params, tokens_per_step, args.seq_len)
+    flops = model_flops_per_step(config, n_active, tokens_per_step, args.seq_len)
+    truncated = layers != MODELS[name][2]["num_hidden_layers"]
     result = {
-        "model": name, "mode": mode, "seq_len": args.seq_len, "tokens_per_step": tokens_per_step,
+        "model": name + (f"-{layers}l" if truncated else ""), "mode": mode, "seq_len": args.seq_len, "tokens_per_step": tokens_per_step,
         "step_ms": round(mean_ms, 2), "tokens_per_s": round(tokens_per_step / mean_ms * 1e3, 1),
         "mfu": round(flops / (mean_ms * 1e-3) / H100_BF16_PEAK_FLOPS, 4),
         "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         "micro_batch": args.micro_batch, "grad_accum": args.grad_accum, "n_params": n_params,
+        "n_active_params": n_active, "layers": layers,
+        "experts_implementation": getattr(config, "_experts_implementation", None),
         "step_ms_min": round(min(step_ms), 2), "step_ms_max": round(max(step_ms), 2),
         "final_loss": round(loss.item(), 4), "optimizer": args.optimizer,
         "activation_checkpointing": args.activation_checkpointing,
@@ -118,8 +152,11 @@ def run_one(name, mode, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--models", nargs="+", default=["qwen3-0.6b", "qwen3-1.7b"], choices=list(MODELS))
     parser.add_argument("--modes", nargs="+", default=["eager", "compile"], choices=["eager", "compile"])
+    parser.add_argument("--layers", type=int, default=0,
+                        help="keep the first L layers (0: the model's default, 12 for qwen3-8b, 4 for qwen3-30b-a3b, "
+                             "else all)")
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--micro-batch", type=int, default=2, help="sequences per forward/backward")
     parser.add_argument("--grad-accum", type=int, default=4, help="micro-batches per optimizer step")
