@@ -10,6 +10,17 @@
 #             BASELINE_ARGS adds arguments (e.g. --steps 4 --warmup 2)
 #   parity    50-step bf16 parity against HF transformers (benchmarks/parity): bb with an fp32 and a bf16
 #             residual stream against HF under autocast, and HF with a bf16 residual stream against both
+#   moe_parity the same 50 steps on a ~100M-parameter Qwen3-MoE (16 experts, top-4; hf_bf16_reference.py
+#             --model moe): bb (fp32 and bf16 residual stream) against HF under autocast, loss within 2 %
+#             at every step
+#   moe_bench bb-bench on the Qwen3-30B-A3B architecture cut to MOE_LAYERS layers (default 4), 2 x 4096
+#             tokens a microbatch, 4 microbatches; MOE_KEEP_EXPERTS=N adds bench.keep_experts=N,
+#             BENCH_PROFILE=N profiled steps
+#   peers     the PyTorch peers on the same machine (benchmarks/baselines): torchtitan 0.3.0 (wheels in .whl/,
+#             made by benchmarks/baselines/fetch_wheels.sh and carried) on Qwen3-0.6B mb 4, 1.7B mb 2, 8B
+#             (12 layers) mb 2, 30B-A3B (4 layers) mb 2, and HF transformers on 30B-A3B (4 layers, grouped_mm
+#             experts); PEERS picks runs (tt-0.6b tt-1.7b tt-8b tt-30b-a3b hf-30b-a3b), PEER_STEPS the timed
+#             steps (default 5); compiling takes minutes a run, so one 10-minute call holds about two of them
 #   gpu_unit  the CPU test binary's cases that need a GPU (NCCL on one GPU, CUDA dispatch), which skip in CI
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
@@ -18,6 +29,8 @@
 #   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
+# Stages bench, moe_bench, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
+# peers and baseline alone skip building bb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # What comes back from a device call: $OUT/summary.txt (everything printed) and
@@ -49,14 +62,19 @@ if [ -n "$nccl_h" ]; then
     export LD_LIBRARY_PATH=$(dirname "$nccl_lib"):${LD_LIBRARY_PATH:-}
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-t0=$(date +%s)
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$LOGS/cmake.log" 2>&1 || { tail -30 "$LOGS/cmake.log"; exit 1; }
-grep "Bumblebee:" "$LOGS/cmake.log"
-targets="bb_cuda_ops bb-bench bb-correctness"
-case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
-case " $stages " in *" gpu_unit "*) targets="$targets bb_tests" ;; esac
-ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+# Stages that run only the PyTorch peers need no build of bb.
+needs_bb=0
+for stage in $stages; do case $stage in peers|baseline) ;; *) needs_bb=1 ;; esac; done
+if [ $needs_bb = 1 ]; then
+  t0=$(date +%s)
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$LOGS/cmake.log" 2>&1 || { tail -30 "$LOGS/cmake.log"; exit 1; }
+  grep "Bumblebee:" "$LOGS/cmake.log"
+  targets="bb_cuda_ops bb-bench bb-correctness"
+  case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
+  case " $stages " in *" gpu_unit "*) targets="$targets bb_tests" ;; esac
+  ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s"
+fi
 bin=$build/bin
 mpi2="mpirun --allow-run-as-root -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH${BB_ATTENTION_BACKEND:+ -x BB_ATTENTION_BACKEND}"
 bench_1p7b="hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 bench.num_microbatches=4 bench.warmup=2"
@@ -64,7 +82,15 @@ bench_1p7b="hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=4096 be
 parity_model() {
   [ -f /tmp/parity/hf_losses.json ] || timeout 200 $py benchmarks/parity/hf_bf16_reference.py --out /tmp/parity > "$LOGS/parity_hf.log" 2>&1 || tail -5 "$LOGS/parity_hf.log"
 }
-parity_args="hf_path=/tmp/parity/model tokens=/tmp/parity/tokens.json backend.device=cuda steps=50 rows_per_step=8 optimizer.lr=1e-4 optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.adam_eps=1e-8 optimizer.weight_decay=0.1 optimizer.clip_grad=1.0"
+parity_train="backend.device=cuda steps=50 rows_per_step=8 optimizer.lr=1e-4 optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.adam_eps=1e-8 optimizer.weight_decay=0.1 optimizer.clip_grad=1.0"
+parity_args="hf_path=/tmp/parity/model tokens=/tmp/parity/tokens.json $parity_train"
+moe_parity_args="hf_path=/tmp/parity_moe/model tokens=/tmp/parity_moe/tokens.json backend.model_name=qwen3_moe $parity_train"
+# One JSON line per benchmark run (bb's and the peers'), the lines each runner prints.
+results="$OUT/results.jsonl"
+record_json() {  # FILE RUNNER: FILE's JSON object as one line, with "runner" added
+  python3 -c "import json, sys; o = json.load(open(sys.argv[1])); o['runner'] = sys.argv[2]; print(json.dumps(o))" \
+    "$1" "$2" >> "$results" 2>/dev/null || echo "no JSON in $1"
+}
 
 for stage in $stages; do
   echo "== $stage"
@@ -102,14 +128,43 @@ PY
             bench.profile_steps=${BENCH_PROFILE:-0} output_json="$LOGS/bench_${m}_$rc.json" > "$LOGS/bench_${m}_$rc.log" 2>&1
           grep -E "^step" "$LOGS/bench_${m}_$rc.log" | tail -2; grep -A25 "^profile over" "$LOGS/bench_${m}_$rc.log"
           tail -1 "$LOGS/bench_${m}_$rc.log"
+          record_json "$LOGS/bench_${m}_$rc.json" bb
         done
+      done ;;
+    moe_bench)
+      m=qwen3-30b-a3b_${MOE_LAYERS:-4}l
+      timeout 400 $bin/bb-bench hf_path=configs/qwen3-30b-a3b backend.device=cuda bench.truncate_layers=${MOE_LAYERS:-4} \
+        ${MOE_KEEP_EXPERTS:+bench.keep_experts=$MOE_KEEP_EXPERTS} bench.seq_len=4096 bench.micro_batch_size=2 \
+        bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 bench.profile_steps=${BENCH_PROFILE:-0} \
+        output_json="$LOGS/bench_$m.json" > "$LOGS/bench_$m.log" 2>&1
+      grep -E "^step" "$LOGS/bench_$m.log" | tail -2; grep -A40 "^profile over" "$LOGS/bench_$m.log"
+      tail -1 "$LOGS/bench_$m.log"
+      record_json "$LOGS/bench_$m.json" bb ;;
+    peers)
+      site=/tmp/torchtitan_site
+      ls .whl/torchtitan-*.whl > /dev/null 2>&1 &&
+        $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $site .whl/*.whl \
+        > "$LOGS/peers_pip.log" 2>&1 || { echo "torchtitan wheels missing or not installable (.whl/; carry it)"; tail -3 "$LOGS/peers_pip.log"; }
+      tt="env PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} $py benchmarks/baselines/torchtitan_bench.py --steps ${PEER_STEPS:-5} --warmup 3"
+      hf="$py benchmarks/baselines/hf_train_bench.py --steps ${PEER_STEPS:-5} --warmup 3"
+      for p in ${PEERS:-tt-0.6b tt-1.7b tt-8b tt-30b-a3b hf-30b-a3b}; do
+        case $p in
+          tt-0.6b) cmd="$tt --flavor 0.6B --micro-batch 4" ;;
+          tt-1.7b) cmd="$tt --flavor 1.7B --micro-batch 2" ;;
+          tt-8b) cmd="$tt --flavor 8B --layers 12 --micro-batch 2" ;;
+          tt-30b-a3b) cmd="$tt --flavor 30B-A3B --layers 4 --micro-batch 2" ;;
+          hf-30b-a3b) cmd="$hf --models qwen3-30b-a3b --layers 4 --modes eager --micro-batch 2 --grad-accum 4" ;;
+          *) echo "unknown peer $p"; continue ;;
+        esac
+        timeout 540 $cmd > "$LOGS/peer_$p.log" 2>&1; rc=$?
+        if grep "^{" "$LOGS/peer_$p.log" | tee -a "$results"; then :; else echo "$p: exit $rc"; tail -8 "$LOGS/peer_$p.log"; fi
       done ;;
     baseline)
       gpu_clocks="clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active"
       nvidia-smi --query-gpu=$gpu_clocks --format=csv
       $py -c "import torch; print('torch', torch.__version__, 'cuDNN', torch.backends.cudnn.version())"
       timeout 450 $py benchmarks/baselines/hf_train_bench.py --models ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b} ${BASELINE_ARGS:-} 2>&1 |
-        tee "$LOGS/baseline.log" | grep "^{"
+        tee "$LOGS/baseline.log" | grep "^{" | tee -a "$results"
       nvidia-smi --query-gpu=$gpu_clocks --format=csv,noheader ;;
     parity)
       parity_model
@@ -128,6 +183,17 @@ PY
       python3 benchmarks/parity/compare_runs.py hf="$LOGS/parity_hf.json" hf_bf16act="$LOGS/parity_hf_bf16act.json"
       python3 benchmarks/parity/compare_runs.py hf_bf16act="$LOGS/parity_hf_bf16act.json" \
         bb_bf16_residual="$LOGS/parity_bb_resbf16.json" ;;
+    moe_parity)
+      [ -f /tmp/parity_moe/hf_losses.json ] || timeout 300 $py benchmarks/parity/hf_bf16_reference.py --model moe \
+        --out /tmp/parity_moe > "$LOGS/moe_parity_hf.log" 2>&1 || tail -5 "$LOGS/moe_parity_hf.log"
+      cp /tmp/parity_moe/hf_losses.json "$LOGS/moe_parity_hf.json"
+      for res in fp32 bf16; do
+        flag=false; [ $res = fp32 ] && flag=true
+        timeout 300 $bin/bb-correctness $moe_parity_args backend.fp32_residual_connection=$flag \
+          > "$LOGS/moe_parity_bb_res$res.json" 2> "$LOGS/moe_parity_bb_res$res.err" || tail -5 "$LOGS/moe_parity_bb_res$res.err"
+      done
+      python3 benchmarks/parity/compare_runs.py --loss-bound 0.02 hf="$LOGS/moe_parity_hf.json" \
+        bb_fp32_residual="$LOGS/moe_parity_bb_resfp32.json" bb_bf16_residual="$LOGS/moe_parity_bb_resbf16.json" ;;
     gpu_unit)
       timeout 120 $bin/bb_tests --gtest_filter="${GPU_UNIT_FILTER:-NcclOneGpu*:*Cuda*:*CUDA*}" > "$LOGS/gpu_unit.log" 2>&1
       echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(OK|FAILED) " "$LOGS/gpu_unit.log" | head -40 ;;

@@ -131,7 +131,8 @@ def run_one(name, mode, args):
     flops = model_flops_per_step(config, n_active, tokens_per_step, args.seq_len)
     truncated = layers != MODELS[name][2]["num_hidden_layers"]
     result = {
-        "model": name + (f"-{layers}l" if truncated else ""), "mode": mode, "seq_len": args.seq_len, "tokens_per_step": tokens_per_step,
+        "model": name + (f"-{layers}l" if truncated else ""), "mode": mode, "seq_len": args.seq_len,
+        "tokens_per_step": tokens_per_step,
         "step_ms": round(mean_ms, 2), "tokens_per_s": round(tokens_per_step / mean_ms * 1e3, 1),
         "mfu": round(flops / (mean_ms * 1e-3) / H100_BF16_PEAK_FLOPS, 4),
         "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),

@@ -188,7 +188,8 @@ def run(args):
         "step_ms_min": round(min(step_ms), 2), "step_ms_max": round(max(step_ms), 2),
         "final_loss": round(loss.item(), 4), "optimizer": "fused", "params": "bf16",
         "activation_checkpointing": args.ac, "attention": "flex",
-        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "torchtitan": importlib.metadata.version("torchtitan"),
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "torchtitan": importlib.metadata.version("torchtitan"),
     }
     del model, optimizer, batches, masks
     gc.collect()

@@ -1,5 +1,13 @@
-"""HF transformers side of the bf16 parity check (issue 3): a ~100M-parameter Qwen3 trained 50 AdamW steps on GPU.
+"""HF transformers side of the bf16 parity checks (issues 3, 12): a ~100M-parameter Qwen3 or Qwen3-MoE trained 50
+AdamW steps on GPU.
 
+Models (--model):
+  dense  (default) Qwen3, 100,094,208 parameters: hidden 768, 12 layers, 12 / 4 heads, head_dim 64, ffn 2048,
+         vocab 32000, tied embeddings.
+  moe    Qwen3-MoE, 103,640,832 parameters (23.7M active): hidden 512, 10 layers, 8 / 4 heads, head_dim 64, every
+         layer MoE with 16 experts, top-4, norm_topk_prob true, moe_intermediate 256, vocab 32000, untied
+         embeddings (as Qwen3-30B-A3B), no router auxiliary loss (output_router_logits false, the Hub's value),
+         experts run by transformers' "eager" experts implementation (--experts-implementation picks another).
 Makes, under --out DIR:
   DIR/model/         the seeded random-init checkpoint (HF's own init), saved by save_pretrained in bf16
   DIR/tokens.json    NUM_BATCHES x BATCH = 80 sequences of SEQ_LEN = 512 token ids (JSON list of lists)
@@ -30,6 +38,7 @@ Both start from exactly the saved bf16 weights. --sdpa-backend pins SDPA's kerne
 from itself when only the attention kernel changes.
 
 Run on one GPU:  python benchmarks/parity/hf_bf16_reference.py --out /tmp/parity [--precision master|bf16act|pure]
+                 python benchmarks/parity/hf_bf16_reference.py --model moe --out /tmp/parity_moe
 """
 
 import argparse
@@ -40,15 +49,26 @@ import os
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import transformers
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 # 12 layers x 6.29M + 24.6M tied embedding = 100.1M parameters.
-CONFIG = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-              num_attention_heads=12, num_key_value_heads=4, head_dim=64, hidden_act="silu",
-              max_position_embeddings=4096, rms_norm_eps=1e-6, attention_bias=False, attention_dropout=0.0,
-              tie_word_embeddings=True, initializer_range=0.02, use_cache=False,
-              bos_token_id=None, eos_token_id=None, pad_token_id=None,
-              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+DENSE_CONFIG = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                    num_attention_heads=12, num_key_value_heads=4, head_dim=64, hidden_act="silu",
+                    max_position_embeddings=4096, rms_norm_eps=1e-6, attention_bias=False, attention_dropout=0.0,
+                    tie_word_embeddings=True, initializer_range=0.02, use_cache=False,
+                    bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+# 10 layers x 7.09M (attention 0.79M, router 8K, experts 16 x 0.39M) + 2 x 16.4M untied embeddings = 103.6M.
+MOE_CONFIG = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=10,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=64, hidden_act="silu",
+                  max_position_embeddings=4096, rms_norm_eps=1e-6, attention_bias=False, attention_dropout=0.0,
+                  tie_word_embeddings=False, initializer_range=0.02, use_cache=False,
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                  num_experts=16, num_experts_per_tok=4, moe_intermediate_size=256, norm_topk_prob=True,
+                  decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=False, router_aux_loss_coef=0.001)
+MODELS = {"dense": (Qwen3Config, Qwen3ForCausalLM, DENSE_CONFIG),
+          "moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM, MOE_CONFIG)}
 BATCH = 8
 SEQ_LEN = 512
 NUM_BATCHES = 10
@@ -65,10 +85,11 @@ def sdpa_backend(name):
     return contextlib.nullcontext() if SDPA_BACKENDS[name] is None else sdpa_kernel(SDPA_BACKENDS[name])
 
 
-def make_checkpoint(model_dir):
+def make_checkpoint(model_dir, kind):
     """HF's own init (normal(0, 0.02) matrices, unit norm weights) under a fixed seed, rounded to bf16 and saved."""
+    config_class, model_class, values = MODELS[kind]
     torch.manual_seed(SEED)
-    model = Qwen3ForCausalLM(Qwen3Config(**CONFIG)).to(torch.bfloat16)
+    model = model_class(config_class(**values)).to(torch.bfloat16)
     model.save_pretrained(model_dir)
     return sum(p.numel() for p in model.parameters())
 
@@ -88,9 +109,11 @@ def make_tokens(path):
     return tokens.view(NUM_BATCHES, BATCH, SEQ_LEN)
 
 
-def train(model_dir, batches, precision):
+def train(model_dir, kind, batches, precision, experts_implementation):
     dtype = torch.float32 if precision == "master" else torch.bfloat16
-    model = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa").cuda()
+    _, model_class, _ = MODELS[kind]
+    extra = {"experts_implementation": experts_implementation} if kind == "moe" else {}
+    model = model_class.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa", **extra).cuda()
     model.train()
     params = list(model.parameters())
     # bf16act steps an fp32 copy of the bf16 weights; the other modes step the weights themselves.
@@ -122,6 +145,9 @@ def train(model_dir, batches, precision):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--model", choices=list(MODELS), default="dense")
+    parser.add_argument("--experts-implementation", choices=["eager", "grouped_mm", "batched_mm"], default="eager",
+                        help="transformers' experts backend (--model moe)")
     parser.add_argument("--precision", choices=["master", "bf16act", "pure"], default="master")
     parser.add_argument("--sdpa-backend", choices=list(SDPA_BACKENDS), default="default")
     args = parser.parse_args()
@@ -130,13 +156,14 @@ def main():
     transformers.utils.logging.disable_progress_bar()
     os.makedirs(args.out, exist_ok=True)
     model_dir = os.path.join(args.out, "model")
-    n_params = make_checkpoint(model_dir)
+    n_params = make_checkpoint(model_dir, args.model)
     tokens = make_tokens(os.path.join(args.out, "tokens.json"))
     with sdpa_backend(args.sdpa_backend):
-        losses, grad_norms = train(model_dir, tokens, args.precision)
-    result = {"losses": losses, "grad_norms": grad_norms, "precision": args.precision,
+        losses, grad_norms = train(model_dir, args.model, tokens, args.precision, args.experts_implementation)
+    result = {"losses": losses, "grad_norms": grad_norms, "model": args.model, "precision": args.precision,
               "sdpa_backend": args.sdpa_backend, "steps": STEPS, "batch": BATCH, "seq_len": SEQ_LEN,
               "num_batches": NUM_BATCHES, "n_params": n_params, "adamw": ADAMW,
+              "experts_implementation": args.experts_implementation if args.model == "moe" else None,
               "data": "step s: rows [8*(s%10), 8*(s%10)+8) of tokens.json", "device": torch.cuda.get_device_name(),
               "torch": torch.__version__, "transformers": transformers.__version__}
     with open(os.path.join(args.out, "hf_losses.json"), "w") as f:
