@@ -89,7 +89,7 @@ def build(args):
     full_layers = len(config.layers)
     layers = args.layers if args.layers is not None else DEFAULT_LAYERS[args.flavor]
     if layers:
-        if layers > len(config.layers):
+        if layers > full_layers:
             raise SystemExit(f"torchtitan_bench: --layers {layers} but {args.flavor} has {full_layers}")
         config.layers = config.layers[:layers]
 
@@ -125,10 +125,9 @@ def active_parameter_count(model, config):
     embedding = 0 if config.enable_weight_tying else model.tok_embeddings.weight.numel()
     active = total - embedding
     for block in model.layers.values():
-        moe = getattr(block, "moe", None) if getattr(block, "moe_enabled", False) else None
-        if moe is not None:
-            experts = sum(p.numel() for p in moe.routed_experts.parameters())
-            active -= experts - experts * moe.router.top_k // moe.router.num_experts
+        if block.moe_enabled:
+            experts = sum(p.numel() for p in block.moe.routed_experts.parameters())
+            active -= experts - experts * block.moe.router.top_k // block.moe.router.num_experts
     return total, active
 
 

@@ -4,10 +4,11 @@ AdamW steps on GPU.
 Models (--model):
   dense  (default) Qwen3, 100,094,208 parameters: hidden 768, 12 layers, 12 / 4 heads, head_dim 64, ffn 2048,
          vocab 32000, tied embeddings.
-  moe    Qwen3-MoE, 103,640,832 parameters (23.7M active): hidden 512, 10 layers, 8 / 4 heads, head_dim 64, every
-         layer MoE with 16 experts, top-4, norm_topk_prob true, moe_intermediate 256, vocab 32000, untied
-         embeddings (as Qwen3-30B-A3B), no router auxiliary loss (output_router_logits false, the Hub's value),
-         experts run by transformers' "eager" experts implementation (--experts-implementation picks another).
+  moe    Qwen3-MoE, 103,640,832 parameters (70.9M in its layers, 23.7M of them active a token): hidden 512,
+         10 layers, 8 / 4 heads, head_dim 64, every layer MoE with 16 experts, top-4, norm_topk_prob true,
+         moe_intermediate 256, vocab 32000, untied embeddings (as Qwen3-30B-A3B), no router auxiliary loss
+         (output_router_logits false, the Hub's value), experts run by transformers' "eager" experts
+         implementation (--experts-implementation picks another).
 Makes, under --out DIR:
   DIR/model/         the seeded random-init checkpoint (HF's own init), saved by save_pretrained in bf16
   DIR/tokens.json    NUM_BATCHES x BATCH = 80 sequences of SEQ_LEN = 512 token ids (JSON list of lists)
