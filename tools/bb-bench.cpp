@@ -1,7 +1,8 @@
 // bb-bench: training-step throughput with the seed library's key=value syntax.
 //
 //   bb-bench backend=bb hf_path=DIR [backend.model_name=auto] [backend.impl=lite]
-//       [backend.parallel.tp=N ...] [backend.device=cuda] [backend.recompute=none|full]
+//       [backend.parallel.tp=N ...] [backend.device=cuda] [backend.recompute=none|selective|full]
+//       [backend.recompute_modules=core_attn,mlp] [backend.recompute_num_layers=N]
 //       [optimizer.lr=X ...] [bench.seq_len=4096] [bench.num_microbatches=1]
 //       [bench.micro_batch_size=1] [bench.steps=10] [bench.warmup=2] [bench.truncate_layers=L]
 //       [bench.profile_steps=0] [output_json=FILE]
@@ -187,7 +188,8 @@ int run(int argc, char** argv) {
       {"device", rt->device().str()}, {"tp", p.tp}, {"etp", p.etp}, {"ep", p.ep}, {"pp", p.pp}, {"vpp", p.vpp},
       {"cp", p.cp}, {"dp", h.dp_size()}, {"seq_len", seq_len}, {"num_microbatches", num_mb},
       {"micro_batch_size", mbs}, {"num_layers", h.config()["num_layers"]}, {"recompute", b.recompute},
-      {"fp32_residual_connection", b.fp32_residual_connection},
+      {"recompute_modules", b.recompute_modules}, {"recompute_method", b.recompute_method},
+      {"recompute_num_layers", b.recompute_num_layers}, {"fp32_residual_connection", b.fp32_residual_connection},
       {"avg_step_ms", avg}, {"peak_mem_gb", peak_gb}, {"tok_per_s", double(tokens_per_step) / (avg * 1e-3)},
       {"tok_per_s_per_gpu", double(tokens_per_step) / (avg * 1e-3) / world},
       {"tflops_per_gpu", flops_per_step / world / (avg * 1e-3) / 1e12},

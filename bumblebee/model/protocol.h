@@ -58,7 +58,7 @@ struct BuildContext {
   DType dtype = DType::F32;        // parameter and activation dtype
   DType grad_dtype = DType::F32;   // gradient buffer dtype
   DType residual_dtype = DType::F32;  // the residual stream between layers: dtype, or float32 over bfloat16
-  RecomputeMode recompute = RecomputeMode::None;
+  RecomputeConfig recompute;        // selective parts per layer (protocols), full runs (the decoder)
   nlohmann::json impl_cfg = nlohmann::json::object();
   double temperature = 1.0;
   LayerRange layers;

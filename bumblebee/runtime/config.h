@@ -66,7 +66,12 @@ struct BBConfig {
   nlohmann::json model_overrides = nlohmann::json::object();  // e.g. {"num_layers": 2}
   std::string device = "cpu";          // cpu | cuda | cuda:N (under MPI: cuda:local_rank)
   std::string dtype = "auto";          // auto (cpu: float32, cuda: bfloat16) | float64 | float32 | bfloat16
-  std::string recompute = "none";      // none | selective (core attention) | full (whole layer)
+  // Activation recompute (Megatron's recompute_granularity and friends, see
+  // docs/training.md "Activation recompute"): none | selective | full.
+  std::string recompute = "none";
+  std::string recompute_modules;       // selective: comma list of core_attn, mlp, moe (empty: core_attn)
+  std::string recompute_method = "block";   // block: the first N layers of each chunk; uniform: runs of N (full)
+  int recompute_num_layers = 0;        // N; 0 with block: every layer
   // Keep the residual stream (embedding output, every layer's input and
   // output, their gradients) in float32 while the rest of the activations
   // are bfloat16: Megatron's fp32_residual_connection, and what HF training

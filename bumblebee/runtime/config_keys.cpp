@@ -63,9 +63,22 @@ void ConfigSchema::add_runtime_keys() {
           [](RuntimeConfig& c, const json& v) { bb_of(c).dtype = v; })
           .one_of({"auto", "float64", "float32", "bfloat16"}));
   add(key("backend.recompute", "backend", T::String, b.recompute,
-          "activation recompute; selective: core attention, full: the whole layer",
+          "activation recompute; selective: parts of each layer (backend.recompute_modules), full: whole layers",
           [](RuntimeConfig& c, const json& v) { bb_of(c).recompute = v; })
           .one_of({"none", "selective", "full"}));
+  add(key("backend.recompute_modules", "backend", T::String, b.recompute_modules,
+          "selective recompute: comma list of core_attn (attention output), mlp (the SwiGLU activation, "
+          "dense and experts), moe (the whole MoE block); empty: core_attn",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).recompute_modules = v; }));
+  add(key("backend.recompute_method", "backend", T::String, b.recompute_method,
+          "block: recompute the first recompute_num_layers layers of each pipeline chunk; "
+          "uniform (full only): every layer, in runs of recompute_num_layers that keep only their input",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).recompute_method = v; })
+          .one_of({"block", "uniform"}));
+  add(int_key("backend.recompute_num_layers", "backend", b.recompute_num_layers,
+              "layers per chunk that recompute applies to (block; 0: all) or the run length (uniform)",
+              [](RuntimeConfig& c, const json& v) { bb_of(c).recompute_num_layers = v; })
+          .at_least(0));
   add(key("backend.fp32_residual_connection", "backend", T::Bool, b.fp32_residual_connection,
           "keep the residual stream in float32 under bfloat16 activations",
           [](RuntimeConfig& c, const json& v) { bb_of(c).fp32_residual_connection = v; }));

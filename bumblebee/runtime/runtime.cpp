@@ -136,7 +136,8 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.dtype = resolve_dtype(cfg_.backend == "ref" && bcfg.dtype == "auto" ? "float64" : bcfg.dtype, device_);
   ctx.grad_dtype = ctx.dtype == DType::BF16 ? DType::F32 : ctx.dtype;
   ctx.residual_dtype = bcfg.fp32_residual_connection && ctx.dtype == DType::BF16 ? DType::F32 : ctx.dtype;
-  ctx.recompute = recompute_from_name(bcfg.recompute);
+  ctx.recompute = parse_recompute(bcfg.recompute, bcfg.recompute_modules, bcfg.recompute_method,
+                                  bcfg.recompute_num_layers);
   ctx.impl_cfg = bcfg.impl_cfg;
   ctx.temperature = bcfg.temperature;
   ops::set_attention_backend(bcfg.attention_backend);

@@ -3,6 +3,7 @@
 
 #include <functional>
 
+#include "bumblebee/primitive/modules/block_sequence.h"
 #include "bumblebee/primitive/modules/moe/router_aux_loss.h"
 #include "bumblebee/primitive/modules/parameter_init.h"
 
@@ -12,7 +13,7 @@ struct Decoder::State : ForwardState {
   SequenceLayout seq;                     // the microbatch's, with router_aux set
   std::unique_ptr<RouterAuxLoss> router_aux;
   VocabParallelEmbedding::Saved embed;
-  std::vector<std::unique_ptr<BlockState>> layers;
+  std::vector<std::unique_ptr<BlockState>> units;
   RMSNorm::Saved norm;
   LMHead::Saved head;
 };
@@ -28,13 +29,29 @@ Decoder::Decoder(DecoderSpec spec, const BuildContext& ctx) : spec_(std::move(sp
   const std::string embed_name = "model.embed_tokens.weight";
   if (range_.pre_process)
     embed_ = std::make_unique<VocabParallelEmbedding>(store_, embed_name, spec_.vocab_size, spec_.hidden_size, pc);
+  std::vector<std::unique_ptr<Block>> layers;
   for (int64_t i = range_.first_layer; i < range_.end_layer; ++i) {
     layer_first_param_.push_back(store_.params().size());
-    std::unique_ptr<Block> layer = spec_.build_layer(store_, "model.layers." + std::to_string(i) + ".", i);
-    if (ctx_.recompute == RecomputeMode::Full) layer = std::make_unique<Recompute>(std::move(layer));
-    layers_.push_back(std::move(layer));
+    layers.push_back(spec_.build_layer(store_, "model.layers." + std::to_string(i) + ".", i));
   }
   layer_first_param_.push_back(store_.params().size());
+  // Full recompute's runs first, then the layers after them one by one.
+  const int64_t count = int64_t(layers.size());
+  int64_t next = 0;
+  for (const auto& [first, end] : ctx_.recompute.full_runs(count)) {
+    std::vector<std::unique_ptr<Block>> run;
+    for (int64_t i = first; i < end; ++i) run.push_back(std::move(layers[size_t(i)]));
+    std::unique_ptr<Block> unit =
+        run.size() == 1 ? std::move(run.front()) : std::make_unique<BlockSequence>(std::move(run));
+    unit_first_layer_.push_back(size_t(first));
+    units_.push_back(std::make_unique<Recompute>(std::move(unit)));
+    next = end;
+  }
+  for (int64_t i = next; i < count; ++i) {
+    unit_first_layer_.push_back(size_t(i));
+    units_.push_back(std::move(layers[size_t(i)]));
+  }
+  unit_first_layer_.push_back(size_t(count));
   if (range_.post_process) {
     norm_ = std::make_unique<RMSNorm>(store_, "model.norm.weight", spec_.hidden_size, spec_.norm_eps);
     if (!spec_.tie_word_embeddings)
@@ -72,7 +89,7 @@ std::vector<Parameter*> Decoder::tied_params() {
 Tensor Decoder::forward(const DeviceMicroBatch& mb, const Tensor& hidden_in, const Tensor& dloss,
                         std::unique_ptr<ForwardState>& state) {
   auto st = std::make_unique<State>();
-  st->layers.resize(layers_.size());
+  st->units.resize(units_.size());
   st->seq = mb.seq;
   if (spec_.router_aux_loss) {
     st->router_aux = std::make_unique<RouterAuxLoss>(spec_.router_aux_loss_coef * mb.aux_loss_weight);
@@ -81,7 +98,7 @@ Tensor Decoder::forward(const DeviceMicroBatch& mb, const Tensor& hidden_in, con
   Tensor x = hidden_in;
   if (embed_) x = embed_->forward(mb.input_ids, ctx_.residual_dtype, st->embed);
   BB_CHECK(x.defined(), "a chunk without the embedding needs the previous stage's hidden states");
-  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->forward(x, st->seq, st->layers[i]);
+  for (size_t u = 0; u < units_.size(); ++u) x = units_[u]->forward(x, st->seq, st->units[u]);
   if (st->router_aux) st->router_aux->finish();
   if (head_) x = head_->forward(norm_->forward(x, st->norm), mb.labels, dloss, st->head);
   state = std::move(st);
@@ -99,9 +116,10 @@ Tensor Decoder::backward(const DeviceMicroBatch& mb, const Tensor& grad_out, For
     // weight is the embedding's, which is done only after the embedding backward.
     grads_ready(layer_first_param_.back(), store_.params().size(), on_grad_ready);
   }
-  for (size_t i = layers_.size(); i-- > 0;) {
-    dx = layers_[i]->backward(dx, st.seq, st.layers[i]);
-    grads_ready(layer_first_param_[i], layer_first_param_[i + 1], on_grad_ready);
+  for (size_t u = units_.size(); u-- > 0;) {
+    dx = units_[u]->backward(dx, st.seq, st.units[u]);
+    grads_ready(layer_first_param_[unit_first_layer_[u]], layer_first_param_[unit_first_layer_[u + 1]],
+                on_grad_ready);
   }
   if (!embed_) return dx;
   embed_->backward(dx, st.embed);
@@ -130,11 +148,11 @@ void Decoder::grads_ready(size_t first, size_t end, const GradReadyFn& on_grad_r
 Tensor Decoder::logits(const DeviceMicroBatch& mb) {
   BB_CHECK(range_.pre_process && range_.post_process, "logits need the whole model on one rank (pp = 1)");
   State st;
-  st.layers.resize(layers_.size());
+  st.units.resize(units_.size());
   Tensor x = embed_->forward(mb.input_ids, ctx_.residual_dtype, st.embed);
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_[i]->forward(x, mb.seq, st.layers[i]);
-    st.layers[i].reset();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    x = units_[u]->forward(x, mb.seq, st.units[u]);
+    st.units[u].reset();
   }
   return head_->full_logits(norm_->forward(x, st.norm));
 }

@@ -5,7 +5,8 @@
 // A model package says what its layers are (DecoderSpec::layer builds layer i
 // from primitives: attention, a feed-forward slot, norms) and the decoder
 // does the rest the same way for every model: the layer loop, parameter
-// registration in HF order, recompute (Full wraps each layer in Recompute),
+// registration in HF order, full recompute (each of the chunk's first N
+// layers, or runs of N layers, wrapped in Recompute: BuildContext::recompute),
 // the tied embedding, and gradient-ready reporting layer by layer so the
 // data-parallel reduction overlaps the backward of earlier layers.
 #pragma once
@@ -65,7 +66,11 @@ class Decoder : public ModelChunk {
   LayerRange range_;   // end_layer resolved
   ParamStore store_;
   std::unique_ptr<VocabParallelEmbedding> embed_;   // first stage
-  std::vector<std::unique_ptr<Block>> layers_;
+  // The chunk's layers as units: a layer, a recomputed layer, or a recomputed
+  // run of layers (uniform full recompute); unit u holds the chunk's layers
+  // [unit_first_layer_[u], unit_first_layer_[u + 1]).
+  std::vector<std::unique_ptr<Block>> units_;
+  std::vector<size_t> unit_first_layer_;
   // Layer i owns parameters [layer_first_param_[i], layer_first_param_[i + 1]).
   std::vector<size_t> layer_first_param_;
   std::unique_ptr<RMSNorm> norm_;                   // last stage

@@ -32,10 +32,10 @@ std::unique_ptr<ModelChunk> DenseProtocol::build_model(const nlohmann::json& mod
   ParallelContext& pc = *ctx.parallel;
   DecoderLayerConfig lc;
   lc.attention = {cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.qk_norm, cfg.rms_norm_eps};
-  lc.attention.recompute_core_attention = ctx.recompute == RecomputeMode::Selective;
   lc.norm_eps = cfg.rms_norm_eps;
   const Tensor inv_freq = rope_inv_freq(cfg.rope, cfg.head_dim).to(ctx.device);
-  const BlockFactory mlp = swiglu_mlp(cfg.hidden_size, cfg.intermediate_size, pc);
+  BB_CHECK(ctx.recompute.mode != RecomputeMode::Selective || !ctx.recompute.modules.moe,
+           "backend.recompute_modules: 'moe' needs a model with MoE layers; '", cfg.model_type, "' has none");
 
   DecoderSpec spec;
   spec.config = cfg.to_json();
@@ -45,8 +45,13 @@ std::unique_ptr<ModelChunk> DenseProtocol::build_model(const nlohmann::json& mod
   spec.norm_eps = cfg.rms_norm_eps;
   spec.initializer_range = cfg.initializer_range;
   spec.tie_word_embeddings = cfg.tie_word_embeddings;
-  spec.build_layer = [lc, &pc, inv_freq, mlp](ParamStore& store, const std::string& prefix, int64_t) {
-    return std::make_unique<DecoderLayer>(store, prefix, lc, pc, inv_freq, mlp);
+  spec.build_layer = [lc, &pc, inv_freq, cfg, recompute = ctx.recompute, range = ctx.layers](
+                         ParamStore& store, const std::string& prefix, int64_t layer) {
+    const SelectiveRecompute sel = recompute.selective_for(layer, range);
+    DecoderLayerConfig layer_cfg = lc;
+    layer_cfg.attention.recompute_core_attention = sel.core_attn;
+    return std::make_unique<DecoderLayer>(store, prefix, layer_cfg, pc, inv_freq,
+                                          swiglu_mlp(cfg.hidden_size, cfg.intermediate_size, pc, sel.mlp));
   };
   spec.train_flops = [cfg](int64_t tokens, int64_t seq_len) { return dense_train_flops(cfg, tokens, seq_len); };
   return std::make_unique<Decoder>(std::move(spec), ctx);

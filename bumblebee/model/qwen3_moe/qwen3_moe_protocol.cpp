@@ -38,12 +38,8 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
   ParallelContext& pc = *ctx.parallel;
   DecoderLayerConfig lc;
   lc.attention = {d.hidden_size, d.num_heads, d.num_kv_heads, d.head_dim, true, d.rms_norm_eps};
-  lc.attention.recompute_core_attention = ctx.recompute == RecomputeMode::Selective;
   lc.norm_eps = d.rms_norm_eps;
   const Tensor inv_freq = rope_inv_freq(d.rope, d.head_dim).to(ctx.device);
-  const BlockFactory dense_mlp = swiglu_mlp(d.hidden_size, d.intermediate_size, pc);
-  const BlockFactory moe = sparse_moe(
-      {d.hidden_size, cfg.moe_intermediate_size, cfg.num_experts, cfg.num_experts_per_tok, cfg.norm_topk_prob}, pc);
 
   DecoderSpec spec;
   spec.config = cfg.to_json();
@@ -55,9 +51,21 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
   spec.tie_word_embeddings = d.tie_word_embeddings;
   spec.router_aux_loss = cfg.output_router_logits;
   spec.router_aux_loss_coef = cfg.router_aux_loss_coef;
-  spec.build_layer = [lc, &pc, inv_freq, dense_mlp, moe, cfg](ParamStore& store, const std::string& prefix,
-                                                             int64_t layer) {
-    return std::make_unique<DecoderLayer>(store, prefix, lc, pc, inv_freq, cfg.is_moe_layer(layer) ? moe : dense_mlp);
+  spec.build_layer = [lc, &pc, inv_freq, cfg, recompute = ctx.recompute, range = ctx.layers](
+                         ParamStore& store, const std::string& prefix, int64_t layer) {
+    const SelectiveRecompute sel = recompute.selective_for(layer, range);
+    DecoderLayerConfig layer_cfg = lc;
+    layer_cfg.attention.recompute_core_attention = sel.core_attn;
+    BlockFactory ffn;
+    if (cfg.is_moe_layer(layer)) {
+      ffn = sparse_moe({cfg.dense.hidden_size, cfg.moe_intermediate_size, cfg.num_experts, cfg.num_experts_per_tok,
+                        cfg.norm_topk_prob, sel.mlp},
+                       pc);
+      if (sel.moe) ffn = recomputed(std::move(ffn));
+    } else {
+      ffn = swiglu_mlp(cfg.dense.hidden_size, cfg.dense.intermediate_size, pc, sel.mlp);
+    }
+    return std::make_unique<DecoderLayer>(store, prefix, layer_cfg, pc, inv_freq, ffn);
   };
   spec.train_flops = [cfg](int64_t tokens, int64_t seq_len) { return qwen3_moe_train_flops(cfg, tokens, seq_len); };
   return std::make_unique<Decoder>(std::move(spec), ctx);

@@ -5,12 +5,14 @@
 
 namespace bb {
 
-SwiGLUMLP::SwiGLUMLP(ParamStore& store, const std::string& prefix, int64_t hidden, int64_t ffn, ParallelContext& pc)
+SwiGLUMLP::SwiGLUMLP(ParamStore& store, const std::string& prefix, int64_t hidden, int64_t ffn, ParallelContext& pc,
+                     bool recompute_activation)
     : store_(&store),
       tp_(&pc.tp()),
       gate_proj_(store, prefix + "gate_proj.weight", hidden, ffn, pc.tp()),
       up_proj_(store, prefix + "up_proj.weight", hidden, ffn, pc.tp()),
-      down_proj_(store, prefix + "down_proj.weight", ffn, hidden, pc.tp()) {
+      down_proj_(store, prefix + "down_proj.weight", ffn, hidden, pc.tp()),
+      recompute_activation_(recompute_activation) {
   BB_CHECK(ffn % pc.tp().size() == 0, "intermediate_size ", ffn, " is not divisible by tp ", pc.tp().size());
   store.keep_together(gate_proj_.weight(), up_proj_.weight());
 }
@@ -22,13 +24,18 @@ Tensor SwiGLUMLP::forward(const Tensor& x, const SequenceLayout&, std::unique_pt
   s->h = Tensor::empty({s->gate_up.size(0), gate_proj_.local_out()}, x.dtype(), x.device());
   ops::swiglu_forward(s->gate_up, s->h);
   Tensor y = down_proj_.forward(s->h);
+  if (recompute_activation_) s->h = Tensor();
   state = std::move(s);
   return y;
 }
 
 Tensor SwiGLUMLP::backward(const Tensor& dy, const SequenceLayout&, std::unique_ptr<BlockState>& state) {
   BB_CHECK(state, "SwiGLUMLP::backward without a saved forward");
-  const Saved& s = static_cast<const Saved&>(*state);
+  Saved& s = static_cast<Saved&>(*state);
+  if (!s.h.defined()) {   // selective recompute of the activation
+    s.h = Tensor::empty({s.gate_up.size(0), gate_proj_.local_out()}, s.gate_up.dtype(), s.gate_up.device());
+    ops::swiglu_forward(s.gate_up, s.h);
+  }
   Tensor dh = down_proj_.backward(dy, s.h);
   Tensor d_gate_up = Tensor::empty(s.gate_up.shape(), dy.dtype(), dy.device());
   ops::swiglu_backward(dh, s.gate_up, d_gate_up);
@@ -40,9 +47,9 @@ Tensor SwiGLUMLP::backward(const Tensor& dy, const SequenceLayout&, std::unique_
   return tp_->enter_backward(dx_full);
 }
 
-BlockFactory swiglu_mlp(int64_t hidden, int64_t ffn, ParallelContext& pc) {
-  return [hidden, ffn, &pc](ParamStore& store, const std::string& prefix) -> std::unique_ptr<Block> {
-    return std::make_unique<SwiGLUMLP>(store, prefix, hidden, ffn, pc);
+BlockFactory swiglu_mlp(int64_t hidden, int64_t ffn, ParallelContext& pc, bool recompute_activation) {
+  return [hidden, ffn, &pc, recompute_activation](ParamStore& store, const std::string& prefix) -> std::unique_ptr<Block> {
+    return std::make_unique<SwiGLUMLP>(store, prefix, hidden, ffn, pc, recompute_activation);
   };
 }
 

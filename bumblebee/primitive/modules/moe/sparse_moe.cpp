@@ -83,6 +83,7 @@ Tensor SparseMoE::forward(const Tensor& x, const SequenceLayout& seq, std::uniqu
     ops::swiglu_forward(s->gate_up[size_t(e)], s->h[size_t(e)]);
     Tensor ye = y_experts.narrow(s->offsets[size_t(e)], rows);
     ye.copy_from(linear_forward(s->h[size_t(e)], ex.down->value));
+    if (cfg_.recompute_activation) s->h[size_t(e)] = Tensor();
   }
   s->y_perm = dispatcher_ ? dispatcher_->combine(s->plan, y_experts) : y_experts;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -115,6 +116,11 @@ Tensor SparseMoE::backward(const Tensor& dy, const SequenceLayout&, std::unique_
     if (rows == 0) continue;
     const Expert& ex = experts_[size_t(e)];
     const int64_t first = s.offsets[size_t(e)];
+    if (!s.h[size_t(e)].defined()) {   // selective recompute of the activation
+      const Tensor& gu = s.gate_up[size_t(e)];
+      s.h[size_t(e)] = Tensor::empty({rows, cfg_.moe_ffn}, gu.dtype(), gu.device());
+      ops::swiglu_forward(gu, s.h[size_t(e)]);
+    }
     Tensor dh;
     linear_backward(dy_experts.narrow(first, rows), s.h[size_t(e)], ex.down->value, ex.down->grad, dh, false);
     Tensor dgu = Tensor::empty(s.gate_up[size_t(e)].shape(), dy.dtype(), dy.device());

@@ -36,6 +36,9 @@ namespace bb {
 struct SparseMoEConfig {
   int64_t hidden = 0, moe_ffn = 0, num_experts = 0, top_k = 0;
   bool norm_topk_prob = false;
+  // Selective recompute's `mlp` module: each expert's SwiGLU output h is
+  // dropped after its down_proj and rebuilt from gate_up in backward.
+  bool recompute_activation = false;
 };
 
 class SparseMoE : public Block {
