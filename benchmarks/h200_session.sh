@@ -6,6 +6,9 @@
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers
 #   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096; BENCH_MODELS picks);
 #             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op
+#   longctx   long context on one GPU: the Qwen3-1.7B architecture, one sequence per step, at seq 32768 and
+#             65536 (LONGCTX_SEQS) with recompute (LONGCTX_MODES: mode[:modules], e.g. selective:core_attn,mlp),
+#             then HF transformers with activation checkpointing at the longest of LONGCTX_HF_SEQS that fits
 #   baseline  the PyTorch + HF transformers baseline (benchmarks/baselines) in the same session, same models;
 #             BASELINE_ARGS adds arguments (e.g. --steps 4 --warmup 2)
 #   parity    50-step bf16 parity against HF transformers (benchmarks/parity): bb with an fp32 and a bf16
@@ -29,7 +32,7 @@
 #   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
-# Stages bench, moe_bench, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
+# Stages bench, moe_bench, longctx, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
 # peers and baseline alone skip building bb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -158,6 +161,27 @@ PY
         esac
         timeout 540 $cmd > "$LOGS/peer_$p.log" 2>&1; rc=$?
         if grep "^{" "$LOGS/peer_$p.log" | tee -a "$results"; then :; else echo "$p: exit $rc"; tail -8 "$LOGS/peer_$p.log"; fi
+      done ;;
+    longctx)
+      for seq in ${LONGCTX_SEQS:-32768 65536}; do
+        for rc in ${LONGCTX_MODES:-selective selective:core_attn,mlp full}; do
+          mode=${rc%%:*}; mods=""; [ "$rc" != "$mode" ] && mods=${rc#*:}
+          name="longctx_${seq}_${mode}${mods:+_${mods//,/_}}"
+          timeout 400 $bin/bb-bench hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=$seq \
+            bench.micro_batch_size=1 bench.num_microbatches=1 bench.steps=${LONGCTX_STEPS:-3} bench.warmup=1 \
+            backend.recompute=$mode ${mods:+backend.recompute_modules=$mods} output_json="$LOGS/$name.json" \
+            > "$LOGS/$name.log" 2>&1 || echo "$name: exit $?"
+          echo "$name"; grep -E "^step" "$LOGS/$name.log" | tail -1; tail -1 "$LOGS/$name.log"
+          record_json "$LOGS/$name.json" bb
+        done
+      done
+      # HF materialises the [T, V] logits (fp32 in the loss), so it may not fit where bb does: the first that runs counts.
+      for seq in ${LONGCTX_HF_SEQS:-65536 32768 16384}; do
+        timeout 400 $py benchmarks/baselines/hf_train_bench.py --models qwen3-1.7b --modes eager --seq-len $seq \
+          --micro-batch 1 --grad-accum 1 --steps ${LONGCTX_STEPS:-3} --warmup 1 --activation-checkpointing \
+          > "$LOGS/longctx_hf_$seq.log" 2>&1
+        if grep -q "^{" "$LOGS/longctx_hf_$seq.log"; then grep "^{" "$LOGS/longctx_hf_$seq.log" | tee -a "$results"; break; fi
+        echo "HF at seq $seq: $(grep -m1 -oE 'OutOfMemoryError|out of memory' "$LOGS/longctx_hf_$seq.log" || tail -1 "$LOGS/longctx_hf_$seq.log")"
       done ;;
     baseline)
       gpu_clocks="clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active"
