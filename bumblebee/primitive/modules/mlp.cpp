@@ -48,7 +48,8 @@ Tensor SwiGLUMLP::backward(const Tensor& dy, const SequenceLayout&, std::unique_
 }
 
 BlockFactory swiglu_mlp(int64_t hidden, int64_t ffn, ParallelContext& pc, bool recompute_activation) {
-  return [hidden, ffn, &pc, recompute_activation](ParamStore& store, const std::string& prefix) -> std::unique_ptr<Block> {
+  return [hidden, ffn, &pc, recompute_activation](ParamStore& store,
+                                                  const std::string& prefix) -> std::unique_ptr<Block> {
     return std::make_unique<SwiGLUMLP>(store, prefix, hidden, ffn, pc, recompute_activation);
   };
 }

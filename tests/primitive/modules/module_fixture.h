@@ -62,8 +62,9 @@ class ModuleFixture {
     return std::make_unique<SelfAttention>(store_, prefix, cfg, pc_, inv_freq(cfg.head_dim));
   }
   // Parameters "<prefix>gate_proj.weight", "<prefix>up_proj.weight", "<prefix>down_proj.weight".
-  std::unique_ptr<SwiGLUMLP> make_mlp(int64_t hidden, int64_t ffn, const std::string& prefix = "") {
-    return std::make_unique<SwiGLUMLP>(store_, prefix, hidden, ffn, pc_);
+  std::unique_ptr<SwiGLUMLP> make_mlp(int64_t hidden, int64_t ffn, const std::string& prefix = "",
+                                      bool recompute_activation = false) {
+    return std::make_unique<SwiGLUMLP>(store_, prefix, hidden, ffn, pc_, recompute_activation);
   }
   // Parameters "<prefix>gate.weight" (the router), "<prefix>experts.{e}.{gate,up,down}_proj.weight".
   std::unique_ptr<SparseMoE> make_sparse_moe(const SparseMoEConfig& cfg, const std::string& prefix = "") {

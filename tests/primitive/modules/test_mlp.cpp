@@ -58,5 +58,27 @@ TEST(SwiGLUMLP, ForwardMatchesNaive) {
   EXPECT_LT(test::relative_error(mlp->forward(x, SequenceLayout{}, s).to_doubles(), expect), 1e-14);
 }
 
+// Selective recompute of the activation: forward keeps no h, and backward
+// (which rebuilds it) gives the plain MLP's dx and weight gradients exactly.
+TEST(SwiGLUMLP, RecomputedActivationIsDroppedAndGivesTheSameGradients) {
+  test::ModuleFixture plain_fx, recompute_fx;
+  auto plain = plain_fx.make_mlp(kHidden, kFfn);
+  auto recomputed = recompute_fx.make_mlp(kHidden, kFfn, "", true);
+  plain_fx.allocate_and_init(45);
+  recompute_fx.allocate_and_init(45);
+  Generator gen(46);
+  const Tensor x = test::random_tensor(gen, {kTokens, kHidden});
+  const Tensor dy = test::random_tensor(gen, {kTokens, kHidden});
+  std::unique_ptr<BlockState> ps, rs;
+  const std::vector<double> y = plain->forward(x, SequenceLayout{}, ps).to_doubles();
+  EXPECT_EQ(recomputed->forward(x, SequenceLayout{}, rs).to_doubles(), y);
+  EXPECT_TRUE(static_cast<SwiGLUMLP::Saved&>(*ps).h.defined());
+  EXPECT_FALSE(static_cast<SwiGLUMLP::Saved&>(*rs).h.defined());
+  const std::vector<double> dx = plain->backward(dy, SequenceLayout{}, ps).to_doubles();
+  EXPECT_EQ(recomputed->backward(dy, SequenceLayout{}, rs).to_doubles(), dx);
+  for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"})
+    EXPECT_EQ(plain_fx.param(name).grad.to_doubles(), recompute_fx.param(name).grad.to_doubles()) << name;
+}
+
 }  // namespace
 }  // namespace bb
