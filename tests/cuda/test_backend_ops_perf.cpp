@@ -96,7 +96,7 @@ void perf_grouped_gemm() {
   const int64_t experts = 128, rows = 65536;
   std::mt19937 rng(12);
   std::uniform_real_distribution<double> share(0.2, 1.8);
-  std::vector<double> weights(size_t(experts));
+  std::vector<double> weights(static_cast<size_t>(experts));
   for (double& w : weights) w = share(rng);
   weights[5] = 0.0;
   double total = 0.0;

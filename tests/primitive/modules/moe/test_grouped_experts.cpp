@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "../module_fixture.h"
+#include "bumblebee/ops/ops.h"
 
 namespace bb {
 namespace {
