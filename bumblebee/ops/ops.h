@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "bumblebee/core/tensor.h"
 
@@ -27,6 +28,27 @@ namespace bb::ops {
 // weight gradients in fp32).
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
             double alpha = 1.0, double beta = 0.0);
+
+// ---- grouped GEMM (the local experts of an MoE layer) ---------------------------
+// G groups over the rows of row-major operands: group g owns rows
+// R_g = [offsets[g], offsets[g + 1]) (offsets on the host: G + 1 values from 0,
+// non-decreasing, ending at the row count N) and has its own matrix w[g], laid
+// out as Linear stores weights. A group without rows is skipped, so every
+// group may be empty. One call covers all groups (CUDA: one grouped cuBLAS
+// launch where the dtypes allow it, see cuda_ops.h).
+//   grouped_gemm:             c[R_g] = alpha * a[R_g] @ op(w[g]) + beta * c[R_g]
+//     a [N, K]; w[g] [Nout, K] with trans_w (forward, y = x W^T) or [K, Nout]
+//     without (the input gradient dx = dy W); c [N, Nout].
+//   grouped_gemm_weight_grad: dw[g] = alpha * dy[R_g]^T @ x[R_g] + beta * dw[g]
+//     dy [N, Nout], x [N, K], dw[g] [Nout, K]; beta = 1 accumulates weight
+//     gradients, and an empty group's dw[g] is then left as it was.
+// CPU: one dtype, float32 or float64. CUDA: a, w, c (and dy, x) one dtype
+// (bfloat16, float16, float32, float64); dw that dtype or float32 (fp32
+// weight gradients of bfloat16 activations); fp32 accumulation (fp64 for float64).
+void grouped_gemm(const Tensor& a, const std::vector<Tensor>& w, bool trans_w, const std::vector<int64_t>& offsets,
+                  Tensor& c, double alpha = 1.0, double beta = 0.0);
+void grouped_gemm_weight_grad(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets,
+                              const std::vector<Tensor>& dw, double alpha = 1.0, double beta = 1.0);
 
 // ---- elementwise ------------------------------------------------------------
 // CUDA: add also takes a and out float32 with b bfloat16 (a bfloat16 branch

@@ -87,6 +87,75 @@ void perf_gemm() {
                median_ms([&] { cuda::matmul(a, true, b, false, c32, 1.0, 1.0); }), flops);
 }
 
+// The experts of the Qwen3-30B-A3B bench layer: 128 experts sharing 65536
+// rows unevenly (counts from a fixed draw, one expert empty), gate|up (K = 2048,
+// Nout = 1536) and down (K = 768, Nout = 2048): forward, input gradient and
+// fp32 weight gradient, each as one grouped call and, for comparison, as the
+// loop of per-expert GEMMs it replaces.
+void perf_grouped_gemm() {
+  const int64_t experts = 128, rows = 65536;
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<double> share(0.2, 1.8);
+  std::vector<double> weights(static_cast<size_t>(experts));
+  for (double& w : weights) w = share(rng);
+  weights[5] = 0.0;
+  double total = 0.0;
+  for (double w : weights) total += w;
+  std::vector<int64_t> offsets{0};
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t count = e + 1 == experts ? rows - offsets.back() : int64_t(double(rows) * weights[size_t(e)] / total);
+    offsets.push_back(offsets.back() + count);
+  }
+  struct Projection {
+    const char* name;
+    int64_t k, n;
+  };
+  for (const Projection& p : {Projection{"gate_up", 2048, 1536}, Projection{"down", 768, 2048}}) {
+    std::vector<Tensor> w, dw;
+    for (int64_t e = 0; e < experts; ++e) {
+      w.push_back(random_gpu({p.n, p.k}, DType::BF16, uint32_t(100 + e)));
+      dw.push_back(Tensor::zeros({p.n, p.k}, DType::F32, kGpu));
+    }
+    Tensor x = random_gpu({rows, p.k}, DType::BF16, 20), dy = random_gpu({rows, p.n}, DType::BF16, 21);
+    Tensor y = Tensor::empty({rows, p.n}, DType::BF16, kGpu), dx = Tensor::empty({rows, p.k}, DType::BF16, kGpu);
+    const double flops = 2.0 * double(rows) * double(p.k) * double(p.n);
+    auto loop = [&](const std::function<void(int64_t, int64_t, int64_t)>& gemm) {
+      for (int64_t e = 0; e < experts; ++e) {
+        const int64_t first = offsets[size_t(e)], count = offsets[size_t(e + 1)] - first;
+        if (count > 0) gemm(e, first, count);
+      }
+    };
+    const std::string shape = fmt("%s 128 experts N=65536 K=%lld Nout=%lld", p.name, (long long)p.k, (long long)p.n);
+    report_flops("grouped_gemm " + shape + " y=xW^T",
+                 median_ms([&] { cuda::grouped_gemm(x, w, true, offsets, y, 1.0, 0.0); }), flops);
+    report_flops("  loop of matmul, same", median_ms([&] {
+                   loop([&](int64_t e, int64_t first, int64_t count) {
+                     Tensor y_e = y.narrow(first, count);
+                     cuda::matmul(x.narrow(first, count), false, w[size_t(e)], true, y_e);
+                   });
+                 }),
+                 flops);
+    report_flops("grouped_gemm " + shape + " dx=dyW",
+                 median_ms([&] { cuda::grouped_gemm(dy, w, false, offsets, dx, 1.0, 0.0); }), flops);
+    report_flops("  loop of matmul, same", median_ms([&] {
+                   loop([&](int64_t e, int64_t first, int64_t count) {
+                     Tensor dx_e = dx.narrow(first, count);
+                     cuda::matmul(dy.narrow(first, count), false, w[size_t(e)], false, dx_e);
+                   });
+                 }),
+                 flops);
+    report_flops("grouped_gemm_weight_grad " + shape + " dW+=dy^Tx f32",
+                 median_ms([&] { cuda::grouped_gemm_weight_grad(dy, x, offsets, dw, 1.0, 1.0); }), flops);
+    report_flops("  loop of matmul, same", median_ms([&] {
+                   loop([&](int64_t e, int64_t first, int64_t count) {
+                     cuda::matmul(dy.narrow(first, count), true, x.narrow(first, count), false, dw[size_t(e)], 1.0,
+                                  1.0);
+                   });
+                 }),
+                 flops);
+  }
+}
+
 void perf_attention(const std::string& backend) {
   EnvOverride env("BB_ATTENTION_BACKEND", backend);
   const int64_t seq = 4096, heads_q = 16, heads_kv = 8, dim = 128;
@@ -201,6 +270,7 @@ int run_perf() {
   CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
   std::printf("device: %s, %d SMs\n", props.name, props.multiProcessorCount);
   perf_gemm();
+  perf_grouped_gemm();
   perf_attention("flash");
   if (cuda::cudnn_attention_built()) perf_attention("cudnn");
   perf_memory_bound();

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "bumblebee/core/tensor.h"
 #include "bumblebee/ops/ops.h"
@@ -16,6 +17,12 @@ namespace bb::cpu {
 
 // gemm.cpp
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);
+
+// grouped_gemm.cpp
+void grouped_gemm(const Tensor& a, const std::vector<Tensor>& w, bool trans_w, const std::vector<int64_t>& offsets,
+                  Tensor& c, double alpha, double beta);
+void grouped_gemm_weight_grad(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets,
+                              const std::vector<Tensor>& dw, double alpha, double beta);
 
 // elementwise.cpp
 void add(const Tensor& a, const Tensor& b, Tensor& out);

@@ -8,11 +8,12 @@
 // work is queued on the backend's current stream; only the reductions that
 // return a number to the host synchronise.
 //
-// defined in: gemm.cu, elementwise.cu, reduce.cu, embedding.cu, rmsnorm.cu,
+// defined in: gemm.cu, grouped_gemm.cu, elementwise.cu, reduce.cu, embedding.cu, rmsnorm.cu,
 // rope.cu, swiglu.cu, attention.cu, cross_entropy.cu, adamw.cu, moe_permute.cu
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "bumblebee/core/tensor.h"
 #include "bumblebee/ops/ops.h"
@@ -22,6 +23,17 @@ namespace bb::cuda {
 // gemm.cu. a, b bfloat16 with c bfloat16 or float32; or all float32.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha = 1.0,
             double beta = 0.0);
+
+// grouped_gemm.cu. a, w, c (dy, x) one dtype: bfloat16, float16, float32 or
+// float64; dw that dtype, or float32 with bfloat16/float16 inputs. Where all
+// operands share a dtype the groups run as one cublasGemmGroupedBatchedEx
+// (its pointer arrays uploaded to device scratch in one copy); fp32 dw of
+// 16-bit inputs, which that call does not take, runs as a loop of
+// cublasGemmEx on the same stream.
+void grouped_gemm(const Tensor& a, const std::vector<Tensor>& w, bool trans_w, const std::vector<int64_t>& offsets,
+                  Tensor& c, double alpha, double beta);
+void grouped_gemm_weight_grad(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets,
+                              const std::vector<Tensor>& dw, double alpha, double beta);
 
 // elementwise.cu. add/mul: one dtype for all tensors (bfloat16 or float32),
 // and add also a, out float32 with b bfloat16 (the fp32 residual stream);

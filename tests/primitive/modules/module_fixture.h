@@ -27,6 +27,7 @@
 #include "bumblebee/primitive/modules/linear.h"
 #include "bumblebee/primitive/modules/lm_head.h"
 #include "bumblebee/primitive/modules/mlp.h"
+#include "bumblebee/primitive/modules/moe/grouped_experts.h"
 #include "bumblebee/primitive/modules/moe/sparse_moe.h"
 #include "bumblebee/primitive/modules/parameter_init.h"
 #include "bumblebee/primitive/modules/rope.h"
@@ -69,6 +70,11 @@ class ModuleFixture {
   // Parameters "<prefix>gate.weight" (the router), "<prefix>experts.{e}.{gate,up,down}_proj.weight".
   std::unique_ptr<SparseMoE> make_sparse_moe(const SparseMoEConfig& cfg, const std::string& prefix = "") {
     return std::make_unique<SparseMoE>(store_, prefix, cfg, pc_);
+  }
+  // Parameters "<prefix>{e}.{gate,up,down}_proj.weight" for the experts e of [first, first + count).
+  std::unique_ptr<GroupedExperts> make_grouped_experts(int64_t first, int64_t count, int64_t hidden, int64_t ffn,
+                                                       const std::string& prefix = "experts.") {
+    return std::make_unique<GroupedExperts>(store_, prefix, first, count, hidden, ffn);
   }
   // Parameters "<prefix>input_layernorm.weight", "<prefix>self_attn.*", "<prefix>mlp.*" (a SwiGLU MLP of
   // `ffn` features in the feed-forward slot); wrapped in Recompute when `recompute` is Full.

@@ -1,17 +1,15 @@
-// SparseMoE forward and backward: routing, permutation, the expert loop.
+// SparseMoE forward and backward: routing, permutation, the grouped experts.
 #include "bumblebee/primitive/modules/moe/sparse_moe.h"
 
 #include <algorithm>
 
 #include "bumblebee/ops/ops.h"
-#include "bumblebee/primitive/modules/linear.h"
 #include "bumblebee/primitive/modules/moe/router_aux_loss.h"
 
 namespace bb {
 
 SparseMoE::SparseMoE(ParamStore& store, const std::string& prefix, const SparseMoEConfig& cfg, ParallelContext& pc)
-    : store_(&store),
-      cfg_(cfg),
+    : cfg_(cfg),
       router_(store, prefix + "gate.weight", {cfg.hidden, cfg.num_experts, cfg.top_k, cfg.norm_topk_prob}) {
   BB_CHECK(pc.tp().size() == 1, "MoE layers do not support tensor parallelism yet (backend.parallel.tp = ",
            pc.tp().size(), "); run with tp = 1");
@@ -21,16 +19,7 @@ SparseMoE::SparseMoE(ParamStore& store, const std::string& prefix, const SparseM
     first = dispatcher_->first_local_expert();
     local = dispatcher_->local_experts();
   }
-  const ShardInfo whole{ShardKind::Replicated, 0, 1};
-  for (int64_t e = first; e < first + local; ++e) {
-    const std::string p = prefix + "experts." + std::to_string(e) + ".";
-    Expert x;
-    x.gate = &store.add(p + "gate_proj.weight", {cfg.moe_ffn, cfg.hidden}, whole, InitKind::Normal, ParamClass::Expert);
-    x.up = &store.add(p + "up_proj.weight", {cfg.moe_ffn, cfg.hidden}, whole, InitKind::Normal, ParamClass::Expert);
-    x.down = &store.add(p + "down_proj.weight", {cfg.hidden, cfg.moe_ffn}, whole, InitKind::Normal, ParamClass::Expert);
-    store.keep_together(*x.gate, *x.up);
-    experts_.push_back(x);
-  }
+  experts_.emplace(store, prefix + "experts.", first, local, cfg.hidden, cfg.moe_ffn, cfg.recompute_activation);
 }
 
 Tensor SparseMoE::forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) {
@@ -69,22 +58,7 @@ Tensor SparseMoE::forward(const Tensor& x, const SequenceLayout& seq, std::uniqu
     for (int64_t c : rows_per_expert) s->offsets.push_back(s->offsets.back() + c);
     s->x_experts = s->x_perm;
   }
-  const int64_t local = int64_t(experts_.size());
-  Tensor y_experts = Tensor::empty(s->x_experts.shape(), x.dtype(), x.device());
-  s->gate_up.resize(static_cast<size_t>(local));
-  s->h.resize(static_cast<size_t>(local));
-  for (int64_t e = 0; e < local; ++e) {
-    const int64_t rows = s->offsets[size_t(e + 1)] - s->offsets[size_t(e)];
-    if (rows == 0) continue;
-    const Expert& ex = experts_[size_t(e)];
-    const Tensor xe = s->x_experts.narrow(s->offsets[size_t(e)], rows);
-    s->gate_up[size_t(e)] = linear_forward(xe, store_->fused_value(*ex.gate, *ex.up));
-    s->h[size_t(e)] = Tensor::empty({rows, cfg_.moe_ffn}, x.dtype(), x.device());
-    ops::swiglu_forward(s->gate_up[size_t(e)], s->h[size_t(e)]);
-    Tensor ye = y_experts.narrow(s->offsets[size_t(e)], rows);
-    ye.copy_from(linear_forward(s->h[size_t(e)], ex.down->value));
-    if (cfg_.recompute_activation) s->h[size_t(e)] = Tensor();
-  }
+  const Tensor y_experts = experts_->forward(s->x_experts, s->offsets, s->experts);
   s->y_perm = dispatcher_ ? dispatcher_->combine(s->plan, y_experts) : y_experts;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   ops::moe_unpermute(s->y_perm, s->token_of_row, s->row_weights, y);
@@ -110,26 +84,7 @@ Tensor SparseMoE::backward(const Tensor& dy, const SequenceLayout&, std::unique_
   // dispatch and combine are each other's adjoints: the output gradient goes
   // out like the input rows did, the input gradient comes back like the output.
   const Tensor dy_experts = dispatcher_ ? dispatcher_->dispatch(s.plan, dy_perm) : dy_perm;
-  Tensor dx_experts = Tensor::empty(s.x_experts.shape(), dy.dtype(), dy.device());
-  for (int64_t e = 0; e < int64_t(experts_.size()); ++e) {
-    const int64_t rows = s.offsets[size_t(e + 1)] - s.offsets[size_t(e)];
-    if (rows == 0) continue;
-    const Expert& ex = experts_[size_t(e)];
-    const int64_t first = s.offsets[size_t(e)];
-    if (!s.h[size_t(e)].defined()) {   // selective recompute of the activation
-      const Tensor& gu = s.gate_up[size_t(e)];
-      s.h[size_t(e)] = Tensor::empty({rows, cfg_.moe_ffn}, gu.dtype(), gu.device());
-      ops::swiglu_forward(gu, s.h[size_t(e)]);
-    }
-    Tensor dh;
-    linear_backward(dy_experts.narrow(first, rows), s.h[size_t(e)], ex.down->value, ex.down->grad, dh, false);
-    Tensor dgu = Tensor::empty(s.gate_up[size_t(e)].shape(), dy.dtype(), dy.device());
-    ops::swiglu_backward(dh, s.gate_up[size_t(e)], dgu);
-    Tensor dw = store_->fused_grad(*ex.gate, *ex.up);
-    Tensor dxe;
-    linear_backward(dgu, s.x_experts.narrow(first, rows), store_->fused_value(*ex.gate, *ex.up), dw, dxe, false);
-    dx_experts.narrow(first, rows).copy_from(dxe);
-  }
+  const Tensor dx_experts = experts_->backward(dy_experts, s.experts);
   const Tensor dx_perm = dispatcher_ ? dispatcher_->combine(s.plan, dx_experts) : dx_experts;
   Tensor dx = Tensor::empty(s.x.shape(), dy.dtype(), dy.device());
   ops::moe_permute_backward(dx_perm, s.token_of_row, dx);

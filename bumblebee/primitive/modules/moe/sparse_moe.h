@@ -7,8 +7,8 @@
 // Parameters in HF's per-expert names: `mlp.gate.weight` [E, H] (dense), then
 // per expert `mlp.experts.{e}.gate_proj|up_proj.weight` [I, H] and
 // `down_proj.weight` [H, I] (ParamClass::Expert: their own parameter group).
-// The experts run as a loop of GEMMs over each expert's rows (a grouped GEMM
-// comes later); backward accumulates every expert's weight gradients and
+// The experts run as grouped GEMMs over the rows of all local experts
+// (GroupedExperts); backward accumulates every expert's weight gradients and
 // takes the routing weights' gradients back into the router.
 //
 // When the layout carries a RouterAuxLoss (SequenceLayout::router_aux), the
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "bumblebee/primitive/modules/block.h"
+#include "bumblebee/primitive/modules/moe/grouped_experts.h"
 #include "bumblebee/primitive/modules/moe/token_dispatcher.h"
 #include "bumblebee/primitive/modules/moe/topk_router.h"
 #include "bumblebee/primitive/parallel/parallel_context.h"
@@ -51,7 +52,7 @@ class SparseMoE : public Block {
     std::vector<int64_t> offsets;         // [L + 1]: local expert l's rows of x_experts are [offsets[l], offsets[l + 1])
     std::vector<int64_t> row_token;       // [N]: token_of_row on the host
     std::vector<int64_t> row_slot;        // [N]: the row's position j in its token's top-k
-    std::vector<Tensor> gate_up, h;       // per expert with rows
+    GroupedExperts::Saved experts;        // the experts' activations
     RouterAuxLoss* aux = nullptr;
   };
   SparseMoE(ParamStore& store, const std::string& prefix, const SparseMoEConfig& cfg, ParallelContext& pc);
@@ -59,14 +60,10 @@ class SparseMoE : public Block {
   Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
 
  private:
-  struct Expert {
-    Parameter *gate, *up, *down;
-  };
-  ParamStore* store_;
   SparseMoEConfig cfg_;
   TopKRouter router_;
   std::optional<TokenDispatcher> dispatcher_;   // ep > 1
-  std::vector<Expert> experts_;                 // the local experts
+  std::optional<GroupedExperts> experts_;       // the local experts, declared after the router
 };
 
 // The feed-forward slot filled with a SparseMoE block.
