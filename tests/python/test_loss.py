@@ -82,3 +82,33 @@ def test_torch_mean_nll_reproduces_the_built_in_loss_and_gradients():
 
     batch = fixture_batch(FIXTURE)
     assert_same_step(step_with(torch_mean_nll, batch), step_with(None, batch))
+
+
+def test_the_ppo_example_gradient_matches_float64_finite_differences():
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("rl_ppo", ROOT / "examples" / "python" / "rl_ppo.py")
+    rl_ppo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rl_ppo)
+    rng = np.random.default_rng(1)
+    T = 12
+    old = -rng.uniform(0.5, 3.0, T)
+    batch = bb.PackedBatch(
+        input_ids=np.arange(T),
+        seq_lens=[5, 7],
+        loss_mask=rng.integers(0, 2, T),
+        extras={"old_log_probs": old, "advantages": rng.normal(size=T)},
+    )
+    ctx = bb.LossContext(num_tokens=int(batch.shifted_loss_mask().sum()))
+    # Log-probs near the old ones and beyond the clip range, away from the kinks at 1 +- eps.
+    lp = old + rng.choice([-0.5, -0.05, 0.05, 0.5], T)
+    _, _, grad = rl_ppo.ppo_loss(bb.ModelOutputs(log_probs=lp), batch, ctx)
+    h = 1e-6
+    for t in range(T):
+        up, down = lp.copy(), lp.copy()
+        up[t] += h
+        down[t] -= h
+        fd = (rl_ppo.ppo_loss(bb.ModelOutputs(log_probs=up), batch, ctx)[0] - rl_ppo.ppo_loss(bb.ModelOutputs(log_probs=down), batch, ctx)[0]) / (2 * h)
+        assert abs(grad[t] - fd) < 1e-8, t
