@@ -42,7 +42,9 @@ def _typed(field, value, kinds, dtype, expected):
 
 
 class PackedBatch:
-    """A packed batch of sequences; see the module doc for each field."""
+    """A packed batch of sequences; see the module doc for each field. The arrays
+    are checked and copied for the runtime when the batch is made: treat the
+    batch as immutable and make a new one for other data."""
 
     def __init__(self, input_ids, seq_lens=None, labels=None, loss_mask=None, position_ids=None, extras=None):
         ints = "an integer dtype (int64)"

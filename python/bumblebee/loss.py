@@ -12,6 +12,7 @@ ModelOutputs, the microbatch as a PackedBatch and a LossContext:
           scalar tensor loss, and the gradient is taken by autograd.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -19,7 +20,6 @@ import numpy as np
 from . import _bumblebee as _native
 from .batch import PackedBatch
 from .outputs import ModelOutputs
-import dataclasses
 
 
 class torch_loss:

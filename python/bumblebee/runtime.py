@@ -164,6 +164,8 @@ class Runtime:
         every rank of the tp group must call it. dtype: None (float64 models give
         float64, others float32), "float32" or "float64". The tensors are gathered
         before the first is yielded."""
+        if dtype not in (None, "float32", "float64"):
+            raise _native.Error(f"export_weights: dtype '{dtype}' is not supported (None, float32 or float64)")
         weights = []
         self._native.export_weights(h._native, lambda name, array: weights.append((name, array)), dtype or "")
         yield from weights

@@ -48,15 +48,21 @@ std::vector<T> to_vector(const HostArray<T>& a) {
   return std::vector<T>(a.data(), a.data() + a.shape(0));
 }
 
-// A host copy of `t` as float64, or float32 for every narrower floating dtype
-// (numpy has no bfloat16); `dtype` ("float32" / "float64") asks for one of them.
-nb::object tensor_to_numpy(const Tensor& t, const std::string& dtype) {
+// The dtype an exported tensor is handed out in: `dtype` ("float32" /
+// "float64") when given, else float64 for float64 tensors and float32 for
+// every narrower floating dtype (numpy has no bfloat16).
+DType export_dtype(const Tensor& t, const std::string& dtype) {
+  if (dtype.empty()) return t.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const DType dt = dtype_from_name(dtype);
+  BB_CHECK(dt == DType::F64 || dt == DType::F32, "export_weights: dtype '", dtype,
+           "' is not supported (float32 or float64)");
+  return dt;
+}
+
+nb::object tensor_to_numpy(const Tensor& t, DType dt) {
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
-  const bool f64 = dtype.empty() ? t.dtype() == DType::F64 : dtype_from_name(dtype) == DType::F64;
-  BB_CHECK(dtype.empty() || dtype_from_name(dtype) == DType::F64 || dtype_from_name(dtype) == DType::F32,
-           "export_weights: dtype '", dtype, "' is not supported (float32 or float64)");
-  const Tensor host = t.to(Device::cpu()).to(f64 ? DType::F64 : DType::F32);
-  if (f64) {
+  const Tensor host = t.to(Device::cpu()).to(dt);
+  if (dt == DType::F64) {
     const double* p = host.data<double>();
     return nb::cast(to_numpy(std::vector<double>(p, p + host.numel()), shape));
   }
@@ -194,7 +200,7 @@ void bind_runtime(nb::module_& m) {
           "export_weights",
           [](Runtime& rt, ModelHandle& h, nb::callable sink, const std::string& dtype) {
             rt.export_weights(h, [&](const std::string& name, const Tensor& full) {
-              sink(name, tensor_to_numpy(full, dtype));
+              sink(name, tensor_to_numpy(full, export_dtype(full, dtype)));
             });
           },
           nb::arg("h"), nb::arg("sink"), nb::arg("dtype"))

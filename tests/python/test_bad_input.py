@@ -98,3 +98,9 @@ def test_unknown_model_name_lists_the_registered_ones():
 def test_bad_configs_are_errors(words, message):
     with pytest.raises(bb.Error, match=message):
         bb.create_runtime(ref_config(FIXTURE), *words).build_model()
+
+
+def test_export_in_an_unsupported_dtype_is_an_error():
+    rt = bb.create_runtime(ref_config(FIXTURE))
+    with pytest.raises(bb.Error, match="export_weights: dtype 'int8'"):
+        next(rt.export_weights(rt.build_model(), dtype="int8"))
