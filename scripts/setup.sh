@@ -17,10 +17,20 @@ if ((${#missing[@]})); then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-# The tensorboard package, for the test that reads bb-train's event files with TensorBoard itself.
+# A venv for the Python-side tests: tensorboard (reads bb-train's event files in
+# one test) and the Python bindings' build and test needs (python/CMakeLists.txt
+# builds the module for this venv's Python when nanobind is in it).
 venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-ci"
-if [ ! -x "$venv/bin/tensorboard" ]; then
-  echo "setup: creating $venv with tensorboard"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q tensorboard
+py_packages=(tensorboard nanobind==2.9.2 numpy==2.3.4 scikit-build-core==0.11.6 pytest==8.4.2)
+[ -x "$venv/bin/python" ] || { echo "setup: creating $venv"; python3 -m venv "$venv"; }
+if ! "$venv/bin/python" - "${py_packages[@]}" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version
+for spec in sys.argv[1:]:
+    name, _, pinned = spec.partition("==")
+    installed = version(name)   # raises when missing
+    assert pinned in ("", installed)
+PY
+  echo "setup: installing ${py_packages[*]} into $venv"
+  "$venv/bin/pip" install -q "${py_packages[@]}"
 fi

@@ -1,0 +1,181 @@
+"""create_runtime and Runtime: the runtime API of the seed library over the
+native one, with numpy arrays in and out.
+
+    rt = create_runtime(RuntimeConfig(hf_path=DIR))
+    h = rt.build_model()
+    with rt.train_mode(h):
+        rt.zero_grad(h)
+        r = rt.forward_backward(h, batch, loss_fn=None, num_microbatches=1)
+        ok, grad_norm, num_zeros = rt.optimizer_step(h)
+        rt.lr_scheduler_step(h)
+
+Every failure is a bumblebee.Error (a RuntimeError) with the library's
+message; the runtime stays usable after one. Calls out of order are errors
+too: optimizer_step with no forward_backward since the last step or
+zero_grad, a forward_backward with gradients in eval mode.
+Under mpirun every rank runs the same program (MPI starts by itself) and each
+dp rank passes its own part of the global batch (ModelHandle.dp_rank/dp_size).
+"""
+
+import contextlib
+import json
+
+from . import _bumblebee as _native
+from .config import RuntimeConfig
+from .loss import LossAdapter
+from .outputs import ForwardResult, LossContext, ModelOutputs
+
+
+class ModelHandle:
+    """A built model: dp_rank, dp_size, config (the model's normalised config), training."""
+
+    def __init__(self, native):
+        self._native = native
+        self._has_grads = False
+
+    @property
+    def dp_rank(self):
+        return self._native.dp_rank
+
+    @property
+    def dp_size(self):
+        return self._native.dp_size
+
+    @property
+    def config(self):
+        return json.loads(self._native.config)
+
+    @property
+    def training(self):
+        return self._native.training
+
+    @property
+    def vocab_size(self):
+        return self._native.vocab_size
+
+
+class Runtime:
+    """The training calls of one model family on one parallel layout."""
+
+    def __init__(self, cfg):
+        self.config = cfg
+        self._native = _native.Runtime(cfg.to_words())
+
+    @property
+    def world_rank(self):
+        return self._native.world_rank
+
+    @property
+    def world_size(self):
+        return self._native.world_size
+
+    def build_model(self, backend_cfg=None):
+        """The model of hf_path; backend_cfg (a BBConfig) replaces the runtime's for this model."""
+        if backend_cfg is None:
+            return ModelHandle(self._native.build_model())
+        return ModelHandle(self._native.build_model_with(RuntimeConfig(backend_cfg=backend_cfg).to_words()))
+
+    @contextlib.contextmanager
+    def train_mode(self, h):
+        mode = self._native.train_mode(h._native)
+        try:
+            yield h
+        finally:
+            mode.restore()
+
+    @contextlib.contextmanager
+    def eval_mode(self, h):
+        """No gradients: forward_backward needs forward_only=True here."""
+        mode = self._native.eval_mode(h._native)
+        try:
+            yield h
+        finally:
+            mode.restore()
+
+    def zero_grad(self, h):
+        self._native.zero_grad(h._native)
+        h._has_grads = False
+
+    def forward_backward(self, h, batch, loss_fn=None, num_microbatches=1, forward_only=False, *, calculate_entropy=False):
+        """Forward (and, unless forward_only, backward) of `batch` in num_microbatches
+        microbatches of whole sequences; gradients accumulate until zero_grad.
+        loss_fn: None for the built-in masked mean cross entropy, or a callable
+        (bumblebee.loss documents both forms). forward_only returns per-token
+        log-probs in model_output."""
+        if calculate_entropy:
+            raise _native.Error("forward_backward(calculate_entropy=True): entropy is not implemented yet")
+        if not forward_only and not h.training:
+            raise _native.Error(
+                "forward_backward with gradients in eval mode: pass forward_only=True, or call it under train_mode"
+            )
+        adapter = None
+        if loss_fn is not None:
+            local_tokens = float(batch.shifted_loss_mask().sum())
+            ctx = LossContext(
+                temperature=self.config.backend_cfg.temperature,
+                num_tokens=int(round(h._native.dp_all_reduce_sum(local_tokens))),
+                num_microbatches=num_microbatches,
+                forward_only=forward_only,
+                source_batch=batch,
+            )
+            adapter = LossAdapter(loss_fn, ctx)
+        r = self._native.forward_backward(h._native, batch._native, adapter, num_microbatches, forward_only)
+        if not forward_only:
+            h._has_grads = True
+        return ForwardResult(
+            loss=r["loss"],
+            metrics=r["metrics"],
+            model_output=[ModelOutputs(**o) for o in r["model_output"]],
+            aux_loss=r["aux_loss"],
+            num_tokens=r["num_tokens"],
+        )
+
+    def optimizer_step(self, h):
+        """One AdamW step -> (update_successful, grad_norm, num_zeros_in_grad)."""
+        if not h._has_grads:
+            raise _native.Error(
+                "optimizer_step with no gradients: call forward_backward (with gradients) after zero_grad or the last step"
+            )
+        ok, grad_norm, num_zeros = self._native.optimizer_step(h._native)
+        h._has_grads = False
+        return ok, grad_norm, num_zeros
+
+    def lr_scheduler_step(self, h):
+        """Advances the schedule; returns the learning rate for the next step."""
+        return self._native.lr_scheduler_step(h._native)
+
+    def current_lr(self, h):
+        return self._native.current_lr(h._native)
+
+    def save_checkpoint(self, h, path):
+        """Training checkpoint (collective): model, optimizer state, step counters."""
+        self._native.save_checkpoint(h._native, str(path))
+
+    def load_checkpoint(self, h, path):
+        """Restores a save_checkpoint; returns the optimizer steps taken."""
+        return self._native.load_checkpoint(h._native, str(path))
+
+    def save_hf_checkpoint(self, h, path):
+        """The model as an HF checkpoint directory (config.json + safetensors), from rank 0."""
+        self._native.save_hf_checkpoint(h._native, str(path))
+
+    def export_weights(self, h, dtype=None):
+        """Yields (hf_name, numpy array) in HF naming, full tensors gathered over tp;
+        every rank of the tp group must call it. dtype: None (float64 models give
+        float64, others float32), "float32" or "float64". The tensors are gathered
+        before the first is yielded."""
+        if dtype not in (None, "float32", "float64"):
+            raise _native.Error(f"export_weights: dtype '{dtype}' is not supported (None, float32 or float64)")
+        weights = []
+        self._native.export_weights(h._native, lambda name, array: weights.append((name, array)), dtype or "")
+        yield from weights
+
+    def logits(self, h, batch):
+        """Full-vocabulary logits [T, V] (float64) of a batch, for validation."""
+        return self._native.logits(h._native, batch._native)
+
+
+def create_runtime(cfg=None, *overrides):
+    """A Runtime from a RuntimeConfig and key=value overrides ("backend.parallel.tp=2")."""
+    cfg = RuntimeConfig() if cfg is None else cfg
+    return Runtime(cfg.override(*overrides) if overrides else cfg)

@@ -1,0 +1,213 @@
+// The runtime API for Python: Runtime, ModelHandle, scoped train/eval modes,
+// PackedBatch in, ForwardResult and exported weights out as numpy arrays, and
+// a Python loss function adapted to the C++ LossFn contract.
+//
+// The Python package checks dtypes and shapes before calling in (so its
+// errors name the field as the user wrote it); arrays arrive here as
+// C-contiguous host arrays of exactly the element type each field holds.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "bumblebee/runtime/model_state.h"
+#include "bumblebee/runtime/runtime.h"
+#include "python/src/bindings.h"
+#include "python/src/runtime_schema.h"
+
+namespace nb = nanobind;
+
+namespace bb::python {
+
+namespace {
+
+template <typename T>
+using HostArray = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// A numpy array that owns `values`.
+template <typename T>
+nb::ndarray<nb::numpy, T> to_numpy(std::vector<T> values, std::vector<size_t> shape) {
+  auto* owned = new std::vector<T>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner);
+}
+
+template <typename T>
+nb::ndarray<nb::numpy, T> to_numpy(const std::vector<T>& values) {
+  return to_numpy(values, {values.size()});
+}
+
+template <typename T>
+std::vector<T> to_vector(const HostArray<T>& a) {
+  return std::vector<T>(a.data(), a.data() + a.shape(0));
+}
+
+// The dtype an exported tensor is handed out in: `dtype` ("float32" /
+// "float64") when given, else float64 for float64 tensors and float32 for
+// every narrower floating dtype (numpy has no bfloat16).
+DType export_dtype(const Tensor& t, const std::string& dtype) {
+  if (dtype.empty()) return t.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const DType dt = dtype_from_name(dtype);
+  BB_CHECK(dt == DType::F64 || dt == DType::F32, "export_weights: dtype '", dtype,
+           "' is not supported (float32 or float64)");
+  return dt;
+}
+
+nb::object tensor_to_numpy(const Tensor& t, DType dt) {
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+  const Tensor host = t.to(Device::cpu()).to(dt);
+  if (dt == DType::F64) {
+    const double* p = host.data<double>();
+    return nb::cast(to_numpy(std::vector<double>(p, p + host.numel()), shape));
+  }
+  const float* p = host.data<float>();
+  return nb::cast(to_numpy(std::vector<float>(p, p + host.numel()), shape));
+}
+
+// The Python loss adapter (bumblebee/loss.py) is called with (log_probs,
+// token_loss, microbatch) and returns (loss, grad_log_probs or None, metrics),
+// already checked for shape, dtype and finiteness.
+LossFn python_loss(nb::object fn) {
+  if (fn.is_none()) return {};
+  return [fn](const ModelOutputs& out, const PackedBatch& mb) {
+    nb::tuple r = nb::cast<nb::tuple>(fn(to_numpy(out.log_probs), to_numpy(out.token_loss), mb.with_defaults()));
+    BB_CHECK(r.size() == 3, "loss adapter returned ", r.size(), " values, expected (loss, grad_log_probs, metrics)");
+    LossOutput lo;
+    lo.loss = nb::cast<double>(r[0]);
+    if (!r[1].is_none()) lo.grad_log_probs = to_vector(nb::cast<HostArray<double>>(r[1]));
+    lo.metrics = nb::cast<std::map<std::string, double>>(r[2]);
+    return lo;
+  };
+}
+
+nb::dict forward_result_to_python(ForwardResult&& r) {
+  nb::dict d;
+  d["loss"] = r.loss;
+  d["aux_loss"] = r.aux_loss;
+  d["num_tokens"] = r.num_tokens;
+  d["metrics"] = nb::cast(r.metrics);
+  nb::list outputs;
+  for (ModelOutputs& o : r.model_output) {
+    nb::dict od;
+    od["loss"] = o.loss;
+    od["log_probs"] = o.log_probs.empty() ? nb::none() : nb::cast(to_numpy(o.log_probs));
+    od["token_loss"] = o.token_loss.empty() ? nb::none() : nb::cast(to_numpy(o.token_loss));
+    outputs.append(od);
+  }
+  d["model_output"] = outputs;
+  return d;
+}
+
+// train_mode / eval_mode: the C++ ModeGuard, released by restore() (the
+// Python context manager's exit) rather than by the garbage collector.
+struct ScopedMode {
+  std::unique_ptr<ModeGuard> guard;
+  void restore() { guard.reset(); }
+};
+
+void bind_packed_batch(nb::module_& m) {
+  nb::class_<PackedBatch>(m, "PackedBatch")
+      .def(
+          "__init__",
+          [](PackedBatch* b, HostArray<int64_t> input_ids, HostArray<int64_t> labels, HostArray<int64_t> seq_lens,
+             HostArray<float> loss_mask, HostArray<int64_t> position_ids, nb::dict extras) {
+            new (b) PackedBatch();
+            b->input_ids = to_vector(input_ids);
+            b->labels = to_vector(labels);
+            b->seq_lens = to_vector(seq_lens);
+            b->loss_mask = to_vector(loss_mask);
+            b->position_ids = to_vector(position_ids);
+            for (auto [k, v] : extras) b->extras[nb::cast<std::string>(k)] = to_vector(nb::cast<HostArray<double>>(v));
+            b->validate();
+          },
+          nb::arg("input_ids"), nb::arg("labels"), nb::arg("seq_lens"), nb::arg("loss_mask"), nb::arg("position_ids"),
+          nb::arg("extras"))
+      .def_prop_ro("input_ids", [](const PackedBatch& b) { return nb::cast(to_numpy(b.input_ids)); })
+      .def_prop_ro("labels", [](const PackedBatch& b) { return nb::cast(to_numpy(b.labels)); })
+      .def_prop_ro("seq_lens", [](const PackedBatch& b) { return nb::cast(to_numpy(b.seq_lens)); })
+      .def_prop_ro("loss_mask", [](const PackedBatch& b) { return nb::cast(to_numpy(b.loss_mask)); })
+      .def_prop_ro("position_ids", [](const PackedBatch& b) { return nb::cast(to_numpy(b.position_ids)); })
+      .def_prop_ro("extras", [](const PackedBatch& b) {
+        nb::dict d;
+        for (const auto& [k, v] : b.extras) d[k.c_str()] = to_numpy(v);
+        return d;
+      });
+}
+
+void bind_model_handle(nb::module_& m) {
+  nb::class_<ModelHandle>(m, "ModelHandle")
+      .def_prop_ro("dp_rank", &ModelHandle::dp_rank)
+      .def_prop_ro("dp_size", &ModelHandle::dp_size)
+      .def_prop_ro("config", [](const ModelHandle& h) { return h.config().dump(); })
+      .def_prop_ro("training", [](const ModelHandle& h) { return h.state().training; })
+      .def_prop_ro("vocab_size", [](const ModelHandle& h) { return h.model().vocab_size(); })
+      .def(
+          "dp_all_reduce_sum", [](const ModelHandle& h, double v) { return h.dp_group().all_reduce_scalar(v); },
+          nb::arg("value"), "Sum of `value` over the data-parallel group (collective).");
+  nb::class_<ScopedMode>(m, "ScopedMode").def("restore", &ScopedMode::restore);
+}
+
+}  // namespace
+
+void bind_runtime(nb::module_& m) {
+  bind_packed_batch(m);
+  bind_model_handle(m);
+  nb::class_<Runtime>(m, "Runtime")
+      .def(
+          "__init__",
+          [](Runtime* rt, const std::vector<std::string>& words) { new (rt) Runtime(parse_runtime_config(words)); },
+          nb::arg("words"), "A runtime from key=value words (every key of the configuration schema).")
+      .def_prop_ro("world_rank", [](Runtime& rt) { return rt.parallel_state().world_rank(); })
+      .def_prop_ro("world_size", [](Runtime& rt) { return rt.parallel_state().world_size(); })
+      .def_prop_ro("tp_size", [](Runtime& rt) { return rt.parallel_state().tp_size(); })
+      .def_prop_ro("dp_size", [](Runtime& rt) { return rt.parallel_state().dp_size(); })
+      .def("build_model", [](Runtime& rt) { return rt.build_model(); })
+      .def(
+          "build_model_with",
+          [](Runtime& rt, const std::vector<std::string>& words) {
+            return rt.build_model(parse_runtime_config(words).backend_cfg);
+          },
+          nb::arg("words"), "A model from the backend.* and optimizer.* keys of `words` instead of the runtime's.")
+      .def("train_mode", [](Runtime& rt, ModelHandle& h) { return ScopedMode{rt.train_mode(h)}; })
+      .def("eval_mode", [](Runtime& rt, ModelHandle& h) { return ScopedMode{rt.eval_mode(h)}; })
+      .def("zero_grad", &Runtime::zero_grad)
+      .def(
+          "forward_backward",
+          [](Runtime& rt, ModelHandle& h, const PackedBatch& batch, nb::object loss_fn, int num_microbatches,
+             bool forward_only) {
+            return forward_result_to_python(
+                rt.forward_backward(h, batch, python_loss(loss_fn), num_microbatches, forward_only));
+          },
+          nb::arg("h"), nb::arg("batch"), nb::arg("loss_fn").none(), nb::arg("num_microbatches"),
+          nb::arg("forward_only"))
+      .def("optimizer_step",
+           [](Runtime& rt, ModelHandle& h) {
+             const OptimizerStepResult s = rt.optimizer_step(h);
+             return std::make_tuple(s.update_successful, s.grad_norm, s.num_zeros_in_grad);
+           })
+      .def("lr_scheduler_step", &Runtime::lr_scheduler_step)
+      .def("current_lr", &Runtime::current_lr)
+      .def("save_checkpoint", &Runtime::save_checkpoint)
+      .def("load_checkpoint", &Runtime::load_checkpoint)
+      .def("save_hf_checkpoint", &Runtime::save_hf_checkpoint)
+      .def(
+          "export_weights",
+          [](Runtime& rt, ModelHandle& h, nb::callable sink, const std::string& dtype) {
+            rt.export_weights(h, [&](const std::string& name, const Tensor& full) {
+              sink(name, tensor_to_numpy(full, export_dtype(full, dtype)));
+            });
+          },
+          nb::arg("h"), nb::arg("sink"), nb::arg("dtype"))
+      .def("logits", [](Runtime& rt, ModelHandle& h, const PackedBatch& batch) {
+        const Tensor l = rt.logits(h, batch);
+        return to_numpy(l.to_doubles(), {size_t(l.size(0)), size_t(l.size(1))});
+      });
+}
+
+}  // namespace bb::python
