@@ -53,6 +53,7 @@ Piece parse_piece(const std::string& text, const std::string& layout, size_t ind
         break;
       case 'm':
         fail_where("'m' (MTP layers) is reserved; multi-token prediction is not implemented yet");
+        break;
       default:
         fail_where(std::string("unknown item '") + c + "' (expected E, t, t*N, L)");
     }
