@@ -180,11 +180,11 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   }
   // Each chunk loads only its own tensors; a tied embedding's copy on the
   // last stage loads (or initialises) to the same values as the first stage's.
-  for (auto& chunk : st->chunks) {
-    if (bcfg.load_hf_weights)
-      st->protocol->load_hf_weights(*chunk, HFCheckpoint::open(cfg_.hf_path));
-    else
-      chunk->init_weights(bcfg.seed);
+  if (bcfg.load_hf_weights) {
+    const HFCheckpoint ckpt = HFCheckpoint::open(cfg_.hf_path);
+    for (auto& chunk : st->chunks) st->protocol->load_hf_weights(*chunk, ckpt);
+  } else {
+    for (auto& chunk : st->chunks) chunk->init_weights(bcfg.seed);
   }
 
   const OptimizerConfig& o = bcfg.optimizer;

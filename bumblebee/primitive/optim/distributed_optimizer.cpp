@@ -18,12 +18,14 @@ DistributedOptimizer::DistributedOptimizer(const std::vector<ParamStore*>& store
     return (skip_replicated && p->replicated_over_tp()) ||
            std::find(counted_elsewhere.begin(), counted_elsewhere.end(), p) != counted_elsewhere.end();
   };
+  std::vector<std::pair<int, ParamGroup*>> all_groups;   // (store index, group), in store then group order
   for (size_t si = 0; si < stores.size(); ++si)
-    for (auto& group : stores[si]->groups()) {
+    for (auto& group : stores[si]->groups()) all_groups.emplace_back(int(si), group.get());
+  for (const auto& [store_index, group] : all_groups) {
     if (!group->trainable()) continue;
     GroupState g;
-    g.group = group.get();
-    g.store_index = int(si);
+    g.group = group;
+    g.store_index = store_index;
     g.comm = group->spec().grad_comm ? group->spec().grad_comm : &parallel.dp();
     BB_CHECK(group->spec().grad_comm || parallel.dp_size() == 1, "parameter group '", group->name(),
              "' has no gradient communicator, but dp is ", parallel.dp_size());
