@@ -11,13 +11,15 @@
 //    reverse. Warm-up is (pp - r - 1) * 2 + (vpp - 1) * pp forwards (all of
 //    them when m == pp); m must be a multiple of pp, as Megatron requires.
 //  * forward only: every forward in the 1F1B / interleaved forward order.
-// Communication: each compute action is preceded by one Exchange batch that
-// holds the sends of the previous compute action's output and the receive of
-// this action's input (Megatron's send_forward_recv_backward and friends), so
-// a send of one microbatch overlaps the receive of the next; the last compute
-// action is followed by a batch with its sends. Activations travel forward
-// (stage s -> s + 1), gradients backward (s -> s - 1); the peer of stage
-// s +- 1 is pp rank r +- 1 modulo pp.
+// Communication goes in Exchange batches (one batch_isend_irecv each) that
+// carry the outputs computed since the previous batch and chosen inputs:
+// in 1F1B the batch just before a compute action brings its input (with the
+// previous action's output: Megatron's send_forward_recv_backward, ...); in
+// the interleaved schedule each batch receives one step ahead, the inputs of
+// the next forward and of the next backward, as Megatron's does. So a send
+// of one microbatch overlaps the receive of the next. Activations travel
+// forward (stage s -> s + 1), gradients backward (s -> s - 1); the peer of
+// stage s +- 1 is pp rank r +- 1 modulo pp.
 #pragma once
 
 #include <string>
