@@ -22,6 +22,7 @@
 // optimizer's gradient norm at every step (the bf16 parity run uses this).
 // resume_from=DIR loads a training checkpoint first (steps continue from it);
 // checkpoint_out=DIR saves one after the last step.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -80,18 +81,19 @@ PackedBatch pack(const std::vector<std::vector<int64_t>>& seqs, size_t first, si
   return b;
 }
 
-// Each ep rank's (name, squared grad norm) of its expert parameters, gathered
-// so every rank reports all experts: the ranks hold equally many, and the
-// names travel as character codes in one summed buffer (a slot per rank).
-std::vector<std::pair<std::string, double>> gather_over_ep(dist::Communicator& ep,
-                                                           const std::vector<std::pair<std::string, double>>& mine) {
+// Each rank's (name, squared grad norm) pairs (an ep rank's experts, a
+// pipeline stage's parameters), gathered so every rank reports all of them:
+// the names travel as character codes in one summed buffer, a slot per rank
+// sized for the rank with the most.
+std::vector<std::pair<std::string, double>> gather_named_values(dist::Communicator& ep,
+                                                                const std::vector<std::pair<std::string, double>>& mine) {
   if (ep.size() == 1) return mine;
   constexpr size_t kWidth = 257;   // the squared norm, then up to 256 characters of name
-  const size_t slot = mine.size() * kWidth;
+  const size_t slot = size_t(ep.all_reduce_scalar(double(mine.size()), dist::ReduceOp::Max)) * kWidth;
   std::vector<double> buf(slot * size_t(ep.size()), 0.0);
   for (size_t i = 0; i < mine.size(); ++i) {
     const auto& [name, sq] = mine[i];
-    BB_CHECK(name.size() < kWidth, "expert parameter name '", name, "' is longer than ", kWidth - 1, " characters");
+    BB_CHECK(!name.empty() && name.size() < kWidth, "parameter name '", name, "' is longer than ", kWidth - 1, " characters");
     double* at = buf.data() + size_t(ep.rank()) * slot + i * kWidth;
     at[0] = sq;
     for (size_t c = 0; c < name.size(); ++c) at[c + 1] = double(static_cast<unsigned char>(name[c]));
@@ -103,38 +105,41 @@ std::vector<std::pair<std::string, double>> gather_over_ep(dist::Communicator& e
   for (size_t k = 0; k < all.size(); k += kWidth) {
     std::string name;
     for (size_t c = 1; c < kWidth && all[k + c] != 0.0; ++c) name.push_back(char(int(all[k + c])));
-    out.emplace_back(name, all[k]);
+    if (!name.empty()) out.emplace_back(name, all[k]);   // an unused entry of a rank's slot
   }
   return out;
 }
 
 // Per-parameter gradient norms of the full (unsharded, dp-summed) gradient.
 // Expert parameters are summed over edp (each ep rank already holds its
-// experts' gradients of every ep rank's tokens) and gathered over ep.
+// experts' gradients of every ep rank's tokens) and gathered over ep; every
+// pipeline stage's parameters are gathered over pp (a tied embedding's copy
+// on the last stage holds the same summed gradient as the first stage's, and
+// counts once).
 nlohmann::json per_param_grad_norms(Runtime& rt, ModelHandle& h, double& total_sq) {
   dist::ParallelState& ps = rt.parallel_state();
   nlohmann::json out = nlohmann::json::object();
-  std::vector<std::pair<std::string, double>> experts;
+  std::vector<std::pair<std::string, double>> experts, dense;
   total_sq = 0;
-  for (Parameter& p : h.model().params().params()) {
-    if (!p.requires_grad()) continue;   // frozen: no gradient
-    const bool expert = p.cls == ParamClass::Expert;
-    dist::Communicator& data = expert ? ps.edp() : ps.dp();
-    Tensor g = p.grad;
-    if (data.size() > 1) {
-      g = p.grad.clone();
-      data.all_reduce(g);
+  for (ModelChunk* chunk : h.chunks()) {
+    const std::vector<Parameter*> tied = chunk->tied_params();
+    for (Parameter& p : chunk->params().params()) {
+      if (!p.requires_grad()) continue;   // frozen: no gradient
+      if (!chunk->is_first_stage() && std::find(tied.begin(), tied.end(), &p) != tied.end()) continue;
+      const bool expert = p.cls == ParamClass::Expert;
+      dist::Communicator& data = expert ? ps.edp() : ps.dp();
+      Tensor g = p.grad;
+      if (data.size() > 1) {
+        g = p.grad.clone();
+        data.all_reduce(g);
+      }
+      double sq = ops::sum_squares(g);
+      if (!p.replicated_over_tp()) sq = ps.tp().all_reduce_scalar(sq);
+      (expert ? experts : dense).emplace_back(p.name, sq);
     }
-    double sq = ops::sum_squares(g);
-    if (!p.replicated_over_tp()) sq = ps.tp().all_reduce_scalar(sq);
-    if (expert) {
-      experts.emplace_back(p.name, sq);
-      continue;
-    }
-    out[p.name] = std::sqrt(sq);
-    total_sq += sq;
   }
-  for (const auto& [name, sq] : gather_over_ep(ps.ep(), experts)) {
+  for (const auto& [name, sq] : gather_named_values(ps.ep(), experts)) dense.emplace_back(name, sq);
+  for (const auto& [name, sq] : gather_named_values(ps.pp(), dense)) {
     out[name] = std::sqrt(sq);
     total_sq += sq;
   }
@@ -158,6 +163,8 @@ ConfigSchema correctness_schema() {
   s.add({"tokens", g, T::String, "", "JSON file: a list of equal-length token-id lists (required)"});
   s.add(ConfigKey{"steps", g, T::Int, 0, "AdamW steps after the first forward/backward"}.at_least(0));
   s.add(ConfigKey{"rows_per_step", g, T::Int, 0, "rows of the tokens file each step trains on (0: all)"}.at_least(0));
+  s.add(ConfigKey{"num_microbatches", g, T::Int, 1,
+                  "microbatches per step on each dp rank (whole rows; a pipeline needs >= pp)"}.at_least(1));
   s.add({"resume_from", g, T::String, "", "load this training checkpoint first (steps continue from it)"});
   s.add({"checkpoint_out", g, T::String, "", "save a training checkpoint here after the last step"});
   s.add({"logits_out", g, T::String, "", "write the float32 logits [B, T, V] here, raw little-endian"});
@@ -177,6 +184,7 @@ int run(int argc, char** argv) {
   const auto seqs = read_tokens(args.str("tokens"));
   const RuntimeConfig& cfg = args.runtime;
   const int64_t steps = args.integer("steps");
+  const int num_microbatches = int(args.integer("num_microbatches"));
 
   auto rt = create_runtime(cfg);
   ModelHandle h = rt->build_model();
@@ -210,7 +218,7 @@ int run(int argc, char** argv) {
   nlohmann::json losses = nlohmann::json::array(), grad_norms = nlohmann::json::array();
   for (int64_t step = 0; step <= std::max<int64_t>(steps, 0); ++step) {
     rt->zero_grad(h);
-    ForwardResult res = rt->forward_backward(h, batch_of(first_step + step));
+    ForwardResult res = rt->forward_backward(h, batch_of(first_step + step), {}, num_microbatches);
     if (step == 0) {
       double total_sq = 0;
       out["loss"] = res.loss;

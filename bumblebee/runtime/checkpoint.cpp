@@ -3,7 +3,8 @@
 // Layout of a checkpoint directory:
 //   model/                        the model as an HF checkpoint (config.json + safetensors), from rank 0
 //   optimizer/rank-R-of-W.safetensors   master weights and Adam moments of rank R's slice
-//                                 of every trainable parameter group G ("G.master", "G.exp_avg", "G.exp_avg_sq")
+//                                 of every trainable parameter group G ("G.master", "G.exp_avg", "G.exp_avg_sq";
+//                                 "chunkV.G...." for virtual pipeline stage V when vpp > 1)
 //   trainer_state.json            steps, scheduler steps and the parallel layout that wrote it
 //   manifest.json                 size and CRC-32C of every other file, written last (checkpoint_files.h)
 // Every rank writes into DIR.tmp; after a barrier rank 0 writes the manifest,
@@ -42,6 +43,13 @@ nlohmann::json layout_of(dist::ParallelState& ps, const ModelState& st) {
           {"no_weight_decay_1d", st.cfg.optimizer.no_weight_decay_1d}, {"frozen_params", st.cfg.frozen_params}};
 }
 
+// A group's name in the optimizer file; with several virtual pipeline stages
+// per rank each stage's groups are prefixed "chunkV.".
+std::string state_name(const ModelState& st, const DistributedOptimizer::GroupState& g) {
+  if (st.chunks.size() == 1) return g.group->name();
+  return "chunk" + std::to_string(g.store_index) + "." + g.group->name();
+}
+
 }  // namespace
 
 void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
@@ -58,7 +66,7 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
   DistributedOptimizer& opt = *st.optimizer;
   std::vector<std::pair<std::string, Tensor>> state;
   for (DistributedOptimizer::GroupState& g : opt.groups()) {
-    const std::string& name = g.group->name();
+    const std::string name = state_name(st, g);
     state.insert(state.end(), {{name + ".master", g.master}, {name + ".exp_avg", g.exp_avg},
                                {name + ".exp_avg_sq", g.exp_avg_sq}});
   }
@@ -70,7 +78,7 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
                             {"steps_taken", opt.steps_taken()},
                             {"scheduler_steps", st.scheduler_steps},
                             {"layout", layout_of(ps, st)},
-                            {"model_config", st.model->config()}};
+                            {"model_config", st.chunks.front()->config()}};
     {
       std::ofstream f(tmp + "/trainer_state.json");
       f << state.dump(2) << "\n";
@@ -113,18 +121,19 @@ int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
   for (const auto& [k, v] : now.items())
     BB_CHECK(saved.at(k) == v, "checkpoint ", dir, " was written with ", k, "=", saved.at(k).dump(),
              ", this run has ", k, "=", v.dump(), " (resharding on load is not supported yet)");
-  BB_CHECK(state.at("model_config") == st.model->config(), "checkpoint ", dir,
+  BB_CHECK(state.at("model_config") == st.chunks.front()->config(), "checkpoint ", dir,
            " holds a model with another config than the one built (compare trainer_state.json's model_config)");
   const std::string shard = optimizer_file(ps.world_rank(), ps.world_size());
   std::vector<std::string> files = checkpoint_files_under(dir, "model/");
   files.push_back(shard);
   verify_checkpoint_files(dir, files);
 
-  st.protocol->load_hf_weights(*st.model, HFCheckpoint::open(dir + "/model"));
+  const HFCheckpoint model = HFCheckpoint::open(dir + "/model");
+  for (auto& chunk : st.chunks) st.protocol->load_hf_weights(*chunk, model);
   DistributedOptimizer& opt = *st.optimizer;
   const SafetensorsFile f = SafetensorsFile::open(dir + "/" + shard);
   for (DistributedOptimizer::GroupState& g : opt.groups()) {
-    const std::string& group = g.group->name();
+    const std::string group = state_name(st, g);
     for (auto [part, dst] : {std::pair<const char*, Tensor*>{"master", &g.master}, {"exp_avg", &g.exp_avg},
                              {"exp_avg_sq", &g.exp_avg_sq}}) {
       const std::string name = group + "." + part;

@@ -18,7 +18,7 @@ struct ParallelConfig {
   int pp = 1;
   int vpp = 1;
   int cp = 1;
-  std::string pp_layout;   // explicit stage layout, e.g. "E|t*5|t*6|t,m,L"; empty = balanced
+  std::string pp_layout;   // stage layout, e.g. "E|t*5|t*6|t,L" (runtime/pipeline_layout.h); empty = balanced
 };
 
 struct OptimizerConfig {

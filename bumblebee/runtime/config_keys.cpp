@@ -130,7 +130,7 @@ void ConfigSchema::add_runtime_keys() {
               [](RuntimeConfig& c, const json& v) { parallel_of(c).cp = v; })
           .at_least(1));
   add(key("backend.parallel.pp_layout", "backend.parallel", T::String, p.pp_layout,
-          "explicit pipeline stage layout, e.g. E|t*5|t*6|t,m,L (empty: balanced)",
+          "pipeline stage layout, e.g. E|t*5|t*6|t,L: E embedding, t*N layers, L loss head (empty: balanced)",
           [](RuntimeConfig& c, const json& v) { parallel_of(c).pp_layout = v; }));
 
   const std::string g = "optimizer";

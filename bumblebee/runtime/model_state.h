@@ -1,4 +1,4 @@
-// ModelState: everything a ModelHandle refers to (protocol, model chunk,
+// ModelState: everything a ModelHandle refers to (protocol, model chunks,
 // optimizer, lr schedule, mode).
 #pragma once
 
@@ -8,6 +8,7 @@
 #include "bumblebee/primitive/optim/distributed_optimizer.h"
 #include "bumblebee/primitive/optim/lr_schedule.h"
 #include "bumblebee/runtime/config.h"
+#include "bumblebee/runtime/pipeline_layout.h"
 
 namespace bb {
 
@@ -17,7 +18,8 @@ struct ModelState {
   std::shared_ptr<dist::ParallelState> parallel;
   std::shared_ptr<ParallelContext> context;       // the groups the model's modules use
   std::shared_ptr<ModelProtocol> protocol;         // builds, loads and exports the model
-  std::unique_ptr<ModelChunk> model;
+  PipelineLayout layout;                           // every rank's pieces (pp = 1: the whole model)
+  std::vector<std::unique_ptr<ModelChunk>> chunks;  // this rank's virtual stages 0..vpp-1
   std::unique_ptr<DistributedOptimizer> optimizer;
   std::unique_ptr<LRSchedule> schedule;
   int64_t scheduler_steps = 0;

@@ -14,6 +14,7 @@
 #include "bumblebee/primitive/optim/param_groups.h"
 #include "bumblebee/runtime/microbatch.h"
 #include "bumblebee/runtime/model_state.h"
+#include "bumblebee/runtime/pipeline_transfer.h"
 #include "bumblebee/runtime/schedule.h"
 
 namespace bb {
@@ -26,8 +27,13 @@ ModelState& ModelHandle::state() const {
 int ModelHandle::dp_rank() const { return state().parallel->dp_rank(); }
 int ModelHandle::dp_size() const { return state().parallel->dp_size(); }
 dist::Communicator& ModelHandle::dp_group() const { return state().parallel->dp(); }
-const nlohmann::json& ModelHandle::config() const { return state().model->config(); }
-ModelChunk& ModelHandle::model() const { return *state().model; }
+const nlohmann::json& ModelHandle::config() const { return state().chunks.front()->config(); }
+ModelChunk& ModelHandle::model() const { return *state().chunks.front(); }
+std::vector<ModelChunk*> ModelHandle::chunks() const {
+  std::vector<ModelChunk*> out;
+  for (auto& c : state().chunks) out.push_back(c.get());
+  return out;
+}
 DistributedOptimizer& ModelHandle::optimizer() const { return *state().optimizer; }
 
 ModeGuard::ModeGuard(ModelState& s, bool training) : state_(&s), previous_(s.training) { s.training = training; }
@@ -61,7 +67,6 @@ void check_backend(const RuntimeConfig& cfg) {
   const ParallelConfig& p = cfg.backend_cfg.parallel;
   for (auto [v, name] : {std::pair{p.tp, "tp"}, {p.pp, "pp"}, {p.cp, "cp"}, {p.ep, "ep"}, {p.vpp, "vpp"}})
     BB_CHECK(v >= 1, "backend.parallel.", name, " must be >= 1, got ", v);
-  BB_CHECK(p.pp == 1 && p.vpp == 1 && p.pp_layout.empty(), "pipeline parallelism (pp/vpp/pp_layout) is not implemented yet");
   BB_CHECK(p.cp == 1, "context parallelism (cp) is not implemented yet");
   BB_CHECK(p.etp == 0 || p.etp == 1 || p.etp == p.tp, "expert tensor parallelism (backend.parallel.etp = ", p.etp,
            ") is not implemented yet; use etp = 1");
@@ -148,19 +153,39 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   BB_CHECK(bcfg.optimizer.grad_bucket_size > 0, "optimizer.grad_bucket_size must be > 0, got ",
            bcfg.optimizer.grad_bucket_size);
   ctx.grad_bucket_size = bcfg.optimizer.grad_bucket_size;
-  st->model = st->protocol->build_model(model_cfg, ctx);
+  // One chunk per virtual stage of this rank; pp = 1 builds the whole model.
+  const ParallelConfig& pc = bcfg.parallel;
+  const bool pipelined = pc.pp > 1 || pc.vpp > 1 || !pc.pp_layout.empty();
+  if (pipelined) {
+    BB_CHECK(model_cfg.contains("num_layers") && model_cfg.contains("hidden_size"), "pipeline parallelism needs ",
+             "the model config's num_layers and hidden_size; model '", model_cfg.value("model_type", std::string("?")),
+             "' has none");
+    st->layout = make_pipeline_layout(pc.pp_layout, model_cfg.at("num_layers").get<int64_t>(), pc.pp, pc.vpp);
+  } else {
+    st->layout.pieces = {LayerRange{}};
+  }
+  for (int v = 0; v < st->layout.vpp; ++v) {
+    ctx.layers = st->layout.piece(parallel_->pp_rank(), v);
+    if (ctx.layers.pre_process && ctx.layers.post_process) ctx.layers = LayerRange{};
+    st->chunks.push_back(st->protocol->build_model(model_cfg, ctx));
+  }
   // Megatron runs dense layers under ep as a no-op; here it is an error so a
   // layout that cannot shard anything is not mistaken for one that does.
   if (bcfg.parallel.ep > 1) {
     bool experts = false;
-    for (const Parameter& prm : st->model->params().params()) experts = experts || prm.cls == ParamClass::Expert;
+    for (auto& chunk : st->chunks)
+      for (const Parameter& prm : chunk->params().params()) experts = experts || prm.cls == ParamClass::Expert;
+    experts = parallel_->pp().all_reduce_scalar(experts ? 1.0 : 0.0) > 0;
     BB_CHECK(experts, "backend.parallel.ep = ", bcfg.parallel.ep, " > 1 needs a model with experts; model '",
-             st->model->config().value("model_type", std::string("?")), "' has none");
+             model_cfg.value("model_type", std::string("?")), "' has none");
   }
+  // Each chunk loads only its own tensors; a tied embedding's copy on the
+  // last stage loads (or initialises) to the same values as the first stage's.
   if (bcfg.load_hf_weights) {
-    st->protocol->load_hf_weights(*st->model, HFCheckpoint::open(cfg_.hf_path));
+    const HFCheckpoint ckpt = HFCheckpoint::open(cfg_.hf_path);
+    for (auto& chunk : st->chunks) st->protocol->load_hf_weights(*chunk, ckpt);
   } else {
-    st->model->init_weights(bcfg.seed);
+    for (auto& chunk : st->chunks) chunk->init_weights(bcfg.seed);
   }
 
   const OptimizerConfig& o = bcfg.optimizer;
@@ -171,7 +196,14 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ac.eps = o.adam_eps;
   ac.weight_decay = o.weight_decay;
   ac.clip_grad = o.clip_grad;
-  st->optimizer = std::make_unique<DistributedOptimizer>(st->model->params(), *parallel_, ac);
+  std::vector<ParamStore*> stores;
+  std::vector<const Parameter*> tied_copies;   // counted in the grad norm by the first stage
+  for (auto& chunk : st->chunks) {
+    stores.push_back(&chunk->params());
+    if (!chunk->is_first_stage())
+      for (const Parameter* t : chunk->tied_params()) tied_copies.push_back(t);
+  }
+  st->optimizer = std::make_unique<DistributedOptimizer>(stores, *parallel_, ac, tied_copies);
   LRScheduleConfig lc;
   lc.lr = o.lr;
   lc.min_lr = o.min_lr;
@@ -190,14 +222,15 @@ std::unique_ptr<ModeGuard> Runtime::eval_mode(ModelHandle& h) { return std::make
 
 void Runtime::zero_grad(ModelHandle& h) {
   h.optimizer().invalidate_grads();
-  h.model().params().zero_grads();
+  for (ModelChunk* c : h.chunks()) c->params().zero_grads();
 }
 
 ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data, const LossFn& loss_fn,
                                         int num_microbatches, bool forward_only) {
   ModelState& st = h.state();
   forward_only = forward_only || !st.training;
-  ModelChunk& model = *st.model;
+  ModelChunk& model = *st.chunks.front();
+  const bool pipelined = parallel_->pp_size() > 1;
   const DType loss_dt = stat_dtype(model.params().param_dtype());
   const std::vector<PackedBatch> mbs = split_microbatches(data, num_microbatches);
   std::vector<PreparedMicroBatch> prepared;
@@ -272,6 +305,7 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   double local_aux = 0, local_aux_loss = 0;
   hooks.aux_loss = [&](size_t i, const AuxLoss& aux) {
     if (!aux.present) return;
+    BB_CHECK(!pipelined, "the router auxiliary loss with pp > 1 is not implemented yet (set router_aux_loss_coef = 0)");
     has_aux = true;
     result.metrics["aux_loss"].push_back(aux.value);
     local_aux += prepared[i].device.aux_loss_weight * aux.value;
@@ -280,8 +314,35 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   DistributedOptimizer& opt = *st.optimizer;
   if (!forward_only) opt.invalidate_grads();
   // The last microbatch's backward reports finished parameters so their buckets' dp reduction overlaps the rest.
-  const GradReadyFn on_grad_ready = [&opt](const Parameter& p) { opt.grad_ready(p); };
-  run_sequential_schedule(model, prepared, forward_only, hooks, on_grad_ready);
+  if (!pipelined) {
+    const GradReadyFn on_grad_ready = [&opt](const Parameter& p) { opt.grad_ready(p); };
+    run_sequential_schedule(model, prepared, forward_only, hooks, on_grad_ready);
+  } else {
+    // A tied embedding's gradient is summed over its two copies after the
+    // schedule (Megatron's _allreduce_embedding_grads): inside it the last
+    // stage would wait on the first stage's backward, which waits on it.
+    std::vector<Parameter*> tied;
+    const GradReadyFn on_grad_ready = [&](const Parameter& p) {
+      for (ModelChunk* c : h.chunks())
+        for (Parameter* t : c->tied_params())
+          if (t == &p) {
+            tied.push_back(t);
+            return;
+          }
+      opt.grad_ready(p);
+    };
+    PipelineShapes shapes;
+    shapes.hidden_size = model.config().at("hidden_size").get<int64_t>();
+    shapes.tp = parallel_->tp_size();
+    shapes.device = device_;
+    shapes.dtype = model.params().param_dtype();   // the residual stream's dtype (BuildContext::residual_dtype)
+    if (st.cfg.fp32_residual_connection && shapes.dtype == DType::BF16) shapes.dtype = DType::F32;
+    run_pipeline_schedule(h.chunks(), prepared, forward_only, hooks, on_grad_ready, parallel_->pp(), shapes);
+    for (Parameter* t : tied) {
+      sum_tied_grad_over_pipeline_ends(parallel_->pp(), *t);
+      opt.grad_ready(*t);
+    }
+  }
   if (!forward_only) opt.check_all_reported();
 
   if (!host_outputs) {
@@ -293,6 +354,9 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
       local_loss_sum += sums[i];
     }
   }
+  // Only the last pipeline stage saw the loss: every other rank gets its
+  // microbatch outputs and metrics, and the sums the loss is made of.
+  if (pipelined) broadcast_from_last_stage(parallel_->pp(), device_, result, local_loss_sum);
   if (loss_fn) {
     result.loss = parallel_->dp().all_reduce_scalar(local_loss_sum) / double(parallel_->dp_size() * mbs.size());
   } else {
@@ -330,7 +394,18 @@ Tensor Runtime::logits(ModelHandle& h, const PackedBatch& data) {
 
 void Runtime::export_weights(ModelHandle& h, const WeightSink& sink) {
   ModelState& st = h.state();
-  st.protocol->export_hf_weights(*st.model, *st.context, sink);
+  if (parallel_->pp_size() == 1) {
+    st.protocol->export_hf_weights(*st.chunks.front(), *st.context, sink);
+    return;
+  }
+  // Every stage's tensors reach every rank, stage by stage in pipeline order.
+  std::vector<std::pair<std::string, Tensor>> mine;
+  for (auto& chunk : st.chunks)
+    st.protocol->export_hf_weights(*chunk, *st.context, [&](const std::string& name, const Tensor& t) {
+      mine.emplace_back(name, t);
+    });
+  for (int stage = 0; stage < parallel_->pp_size(); ++stage)
+    for (const auto& [name, t] : broadcast_named_tensors(parallel_->pp(), stage, device_, mine)) sink(name, t);
 }
 
 void Runtime::save_hf_checkpoint(ModelHandle& h, const std::string& dir) {

@@ -38,7 +38,8 @@ class ModelHandle {
   int dp_size() const;
   dist::Communicator& dp_group() const;
   const nlohmann::json& config() const;   // the model's normalised config
-  ModelChunk& model() const;
+  ModelChunk& model() const;                 // this rank's first chunk (pp = 1: the whole model)
+  std::vector<ModelChunk*> chunks() const;   // this rank's virtual pipeline stages, in order
   DistributedOptimizer& optimizer() const;
   ModelState& state() const;
 

@@ -196,8 +196,9 @@ TEST_F(BrokenFixture, SlidingWindowIsNotImplementedYet) {
 // Features of later work are rejected up front with a message naming them, never silently ignored.
 TEST_F(BrokenFixture, LaterFeaturesAreClearErrors) {
   const std::vector<std::pair<std::function<void(BBConfig&)>, std::string>> cases = {
-      {[](BBConfig& b) { b.parallel.pp = 2; }, "pipeline parallelism (pp/vpp/pp_layout) is not implemented yet"},
-      {[](BBConfig& b) { b.parallel.vpp = 2; }, "pipeline parallelism (pp/vpp/pp_layout) is not implemented yet"},
+      // Pipeline parallelism exists; what one rank cannot hold is an error naming the numbers.
+      {[](BBConfig& b) { b.parallel.vpp = 2; }, "vpp = 2 > 1 needs pp > 1"},
+      {[](BBConfig& b) { b.parallel.pp_layout = "E,t|t,L"; }, "pp_layout 'E,t|t,L' has 2 stages, but pp * vpp = 1"},
       {[](BBConfig& b) { b.parallel.cp = 2; }, "context parallelism (cp) is not implemented yet"},
       // One rank cannot hold ep = 2 (a dense model with ep > 1 on ranks that can: tests/tools/test_expert_parallel_parity.cpp).
       {[](BBConfig& b) { b.parallel.ep = 2; }, "is not divisible by etp*ep = 2 (etp 1, ep 2)"},

@@ -3,7 +3,8 @@
 // Every row runs under a timeout (no input may hang), and no row may exit 0
 // with a NaN loss. Covered: bare words, unknown keys, non-finite floats,
 // out-of-range ints, a directory given for a file, missing files, empty and
-// invalid tokens files, huge token ids, bad parallel sizes.
+// invalid tokens files, huge token ids, bad parallel sizes, bad pipeline
+// layouts and microbatch counts.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -45,6 +46,7 @@ const fs::path& scratch() {
       std::ofstream(p) << text;
     };
     write(d / "empty.json", "");
+    write(d / "four_rows.json", "[[1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 2, 3]]");
     write(d / "empty_list.json", "[]");
     write(d / "invalid.json", "[[1, 2");
     write(d / "huge_id.json", "[[1, 18446744073709551615, 3]]");
@@ -224,6 +226,26 @@ std::vector<Row> rows() {
        "world size 1 is not divisible by tp*cp*pp = 2"},
       {"correctness_tp_not_dividing_heads", "bb-correctness", kCorrectness + "backend.parallel.tp=3", 1,
        "num_attention_heads 4 is not divisible by tp 3", 3},
+
+      // Bad pipeline layouts and microbatch counts (on every rank, no hang).
+      {"correctness_pp_microbatches_below_pp", "bb-correctness", kCorrectness + "backend.parallel.pp=2", 1,
+       "num_microbatches 1 < pp 2: a pipeline needs at least one microbatch per stage", 2},
+      {"correctness_pp_interleaved_microbatches", "bb-correctness",
+       "hf_path={fx} tokens={tmp}/four_rows.json backend.parallel.pp=2 backend.parallel.vpp=2 "
+       "'backend.parallel.pp_layout=E|t|t|L' num_microbatches=3",
+       1, "the interleaved schedule (vpp 2) needs num_microbatches divisible by pp 2, got 3", 2},
+      {"correctness_pp_layout_layer_count", "bb-correctness",
+       kCorrectness + "backend.parallel.pp=2 'backend.parallel.pp_layout=E,t|t*2,L' num_microbatches=2", 1,
+       "pp_layout 'E,t|t*2,L' places 3 decoder layers, but the model has num_hidden_layers = 2", 2},
+      {"correctness_pp_layout_stage_count", "bb-correctness",
+       kCorrectness + "backend.parallel.pp=2 'backend.parallel.pp_layout=E,t,t,L' num_microbatches=2", 1,
+       "pp_layout 'E,t,t,L' has 1 stages, but pp * vpp = 2 (pp 2, vpp 1)", 2},
+      {"correctness_pp_layout_empty_stage", "bb-correctness",
+       kCorrectness + "backend.parallel.pp=2 'backend.parallel.pp_layout=E,t,t,L|' num_microbatches=2", 1,
+       "stage 1 (''): the stage is empty", 2},
+      {"correctness_pp_balanced_too_few_layers", "bb-correctness",
+       kCorrectness + "backend.parallel.pp=4 num_microbatches=4", 1,
+       "num_hidden_layers 2 cannot fill pp * vpp = 4 pipeline stages", 4},
   };
   for (const char* key : kFloatKeys) {
     std::string name = std::string("correctness_nan_") + key;

@@ -1,6 +1,6 @@
 // Training checkpoints: stopping after 2 steps, saving, and resuming in a new
 // process gives the same losses and gradient norms as 4 uninterrupted steps,
-// on one rank and under tp=2 x dp=2; a layout mismatch is a clear error and
+// on one rank, under tp=2 x dp=2 and under pp=2 (vpp=2) x tp=2; a layout mismatch is a clear error and
 // never harms the checkpoint; a corrupt shard read by one rank ends every rank.
 #include <gtest/gtest.h>
 
@@ -14,6 +14,9 @@ namespace bb {
 namespace {
 
 namespace fs = std::filesystem;
+
+const std::string kPipeline =
+    " backend.parallel.pp=2 backend.parallel.vpp=2 'backend.parallel.pp_layout=E|t|t|L' num_microbatches=2";
 
 std::string correctness(int ranks, int tp, const std::string& extra) {
   const std::string dir = test::fixture_dir("qwen3_tp");
@@ -29,13 +32,13 @@ nlohmann::json run_ok(const std::string& cmd) {
   return test::last_json_line(r.out);
 }
 
-void check_resume(int ranks, int tp) {
+void check_resume(int ranks, int tp, const std::string& layout = "") {
   const fs::path ck = fs::temp_directory_path() / ("bb_resume_" + std::to_string(::getpid()) + "_" +
                                                    std::to_string(ranks) + "_" + std::to_string(tp));
   fs::remove_all(ck);
-  const nlohmann::json whole = run_ok(correctness(ranks, tp, "steps=4"));
-  run_ok(correctness(ranks, tp, "steps=2 checkpoint_out=" + ck.string()));
-  const nlohmann::json resumed = run_ok(correctness(ranks, tp, "steps=2 resume_from=" + ck.string()));
+  const nlohmann::json whole = run_ok(correctness(ranks, tp, "steps=4" + layout));
+  run_ok(correctness(ranks, tp, "steps=2 checkpoint_out=" + ck.string() + layout));
+  const nlohmann::json resumed = run_ok(correctness(ranks, tp, "steps=2 resume_from=" + ck.string() + layout));
   ASSERT_EQ(resumed["losses"].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_DOUBLE_EQ(resumed["losses"][i].get<double>(), whole["losses"][i + 2].get<double>()) << "step " << i + 2;
@@ -48,6 +51,9 @@ TEST(CheckpointResume, OneRankContinuesExactly) { check_resume(1, 1); }
 
 #ifdef BB_WITH_MPI
 TEST(CheckpointResume, TensorAndDataParallelContinueExactly) { check_resume(4, 2); }
+
+// Each pipeline stage saves and restores its own optimizer slices (two virtual stages per rank here).
+TEST(CheckpointResume, PipelineStagesContinueExactly) { check_resume(4, 2, kPipeline); }
 
 // Only rank 3 reads its own shard: its error must end all four ranks, not leave three waiting.
 TEST(CheckpointResume, OneRanksCorruptShardEndsEveryRank) {

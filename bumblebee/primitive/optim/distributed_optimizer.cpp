@@ -1,17 +1,31 @@
 // DistributedOptimizer step.
 #include "bumblebee/primitive/optim/distributed_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace bb {
 
 DistributedOptimizer::DistributedOptimizer(ParamStore& store, dist::ParallelState& parallel, const AdamWConfig& cfg)
-    : store_(&store), parallel_(&parallel), cfg_(cfg) {
+    : DistributedOptimizer(std::vector<ParamStore*>{&store}, parallel, cfg, {}) {}
+
+DistributedOptimizer::DistributedOptimizer(const std::vector<ParamStore*>& stores, dist::ParallelState& parallel,
+                                           const AdamWConfig& cfg,
+                                           const std::vector<const Parameter*>& counted_elsewhere)
+    : parallel_(&parallel), cfg_(cfg) {
   const bool skip_replicated = parallel.tp_size() > 1 && parallel.tp_rank() != 0;
-  for (auto& group : store.groups()) {
+  auto not_counted_here = [&](const Parameter* p) {
+    return (skip_replicated && p->replicated_over_tp()) ||
+           std::find(counted_elsewhere.begin(), counted_elsewhere.end(), p) != counted_elsewhere.end();
+  };
+  std::vector<std::pair<int, ParamGroup*>> all_groups;   // (store index, group), in store then group order
+  for (size_t si = 0; si < stores.size(); ++si)
+    for (auto& group : stores[si]->groups()) all_groups.emplace_back(int(si), group.get());
+  for (const auto& [store_index, group] : all_groups) {
     if (!group->trainable()) continue;
     GroupState g;
-    g.group = group.get();
+    g.group = group;
+    g.store_index = store_index;
     g.comm = group->spec().grad_comm ? group->spec().grad_comm : &parallel.dp();
     BB_CHECK(group->spec().grad_comm || parallel.dp_size() == 1, "parameter group '", group->name(),
              "' has no gradient communicator, but dp is ", parallel.dp_size());
@@ -32,7 +46,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, dist::ParallelStat
         if (b >= e) continue;
         g.padding_in_shard -= e - b;
         const int64_t to_shard = s.shard_begin - s.flat_begin;
-        if (skip_replicated && p->replicated_over_tp()) g.replicated_ranges.emplace_back(b + to_shard, e + to_shard);
+        if (not_counted_here(p)) g.replicated_ranges.emplace_back(b + to_shard, e + to_shard);
       }
     }
     groups_.push_back(std::move(g));

@@ -11,7 +11,10 @@
 // on tp rank 0 only), clips, skips the update when the norm is not finite,
 // updates the local slices with the group's lr and weight-decay multipliers,
 // and all-gathers each group's parameters bucket by bucket. Frozen groups
-// have no state and are never touched.
+// have no state and are never touched. A pipeline rank with several virtual
+// stages passes each stage's ParamStore; parameters that another rank holds
+// a copy of (a tied embedding's copy on the last pipeline stage) are given as
+// counted_elsewhere and left out of the norm, so it counts them once.
 #pragma once
 
 #include <cstdint>
@@ -41,17 +44,21 @@ class DistributedOptimizer {
   // The optimizer state of one trainable group.
   struct GroupState {
     ParamGroup* group = nullptr;
+    int store_index = 0;   // which of the constructor's stores holds the group
     dist::Communicator* comm = nullptr;
     std::unique_ptr<GradReducer> reducer;
     bool master_is_param = false;
     Tensor master, exp_avg, exp_avg_sq;   // this rank's bucket slices, in buffer order
-    // [begin, end) ranges of tp-replicated parameters inside this rank's shard
-    // that another tp rank counts in the gradient norm.
+    // [begin, end) ranges inside this rank's shard that another rank counts
+    // in the gradient norm: tp-replicated parameters off tp rank 0, and the
+    // counted_elsewhere ones.
     std::vector<std::pair<int64_t, int64_t>> replicated_ranges;
     int64_t padding_in_shard = 0;   // shard elements that belong to no parameter
   };
 
   DistributedOptimizer(ParamStore& store, dist::ParallelState& parallel, const AdamWConfig& cfg);
+  DistributedOptimizer(const std::vector<ParamStore*>& stores, dist::ParallelState& parallel, const AdamWConfig& cfg,
+                       const std::vector<const Parameter*>& counted_elsewhere);
   OptimizerStepResult step(double lr);
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
@@ -73,7 +80,6 @@ class DistributedOptimizer {
  private:
   double grad_norm_squared();
   void all_gather_params(GroupState& g);
-  ParamStore* store_;
   dist::ParallelState* parallel_;
   AdamWConfig cfg_;
   std::vector<GroupState> groups_;
