@@ -42,8 +42,15 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
   lc.norm_eps = d.rms_norm_eps;
   const Tensor inv_freq = rope_inv_freq(d.rope, d.head_dim).to(ctx.device);
   const BlockFactory dense_mlp = swiglu_mlp(d.hidden_size, d.intermediate_size, pc);
-  const BlockFactory moe = sparse_moe(
-      {d.hidden_size, cfg.moe_intermediate_size, cfg.num_experts, cfg.num_experts_per_tok, cfg.norm_topk_prob}, pc);
+  // Qwen3-MoE's router: softmax top-k, no groups, no scaling, no expert bias.
+  SparseMoEConfig moe_cfg;
+  moe_cfg.hidden = d.hidden_size;
+  moe_cfg.moe_ffn = cfg.moe_intermediate_size;
+  moe_cfg.num_experts = cfg.num_experts;
+  moe_cfg.top_k = cfg.num_experts_per_tok;
+  moe_cfg.norm_topk_prob = cfg.norm_topk_prob;
+  moe_cfg.score = ops::MoeScore::Softmax;
+  const BlockFactory moe = sparse_moe(moe_cfg, pc);
 
   DecoderSpec spec;
   spec.config = cfg.to_json();
