@@ -691,7 +691,7 @@ ops::MoeRouterConfig router_config(const RouterShape& r) {
 // k distinct experts per token out of the first `used`.
 std::vector<double> draw_experts(Generator& gen, int64_t tokens, int64_t used, int64_t k) {
   std::vector<double> out;
-  std::vector<int64_t> pool(size_t(used));
+  std::vector<int64_t> pool(static_cast<size_t>(used));
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t e = 0; e < used; ++e) pool[size_t(e)] = e;
     for (int64_t j = 0; j < k; ++j) {
