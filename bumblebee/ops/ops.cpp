@@ -678,3 +678,154 @@ void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& t
 }
 
 }  // namespace bb::ops
+
+namespace bb::ops {
+namespace {
+void check_router_config(const char* op, const MoeRouterConfig& cfg, int64_t num_experts) {
+  BB_CHECK(cfg.top_k >= 1 && cfg.top_k <= num_experts, op, ": top_k ", cfg.top_k, " must lie in [1, ", num_experts,
+           "] (the expert count)");
+  if (cfg.num_groups <= 1) return;
+  BB_CHECK(num_experts % cfg.num_groups == 0, op, ": ", num_experts, " experts do not split into num_groups = ",
+           cfg.num_groups, " equal groups");
+  BB_CHECK(cfg.topk_groups >= 1 && cfg.topk_groups <= cfg.num_groups, op, ": topk_groups ", cfg.topk_groups,
+           " must lie in [1, num_groups = ", cfg.num_groups, "]");
+  BB_CHECK(cfg.topk_groups * (num_experts / cfg.num_groups) >= cfg.top_k, op, ": topk_groups ", cfg.topk_groups,
+           " groups of ", num_experts / cfg.num_groups, " experts hold fewer than top_k = ", cfg.top_k);
+}
+
+void expect_i64(const char* op, const Tensor& t, const char* name) {
+  BB_CHECK(t.dtype() == DType::I64, op, ": index tensor '", name, "' must be int64, got ", dtype_name(t.dtype()));
+}
+
+// Row indices of a routing: token_of_row and slot_of_row [N] int64 with N = T*k.
+void check_row_indices(const char* op, const Tensor& token_of_row, const Tensor& slot_of_row, int64_t rows) {
+  expect_shape(op, token_of_row, "token_of_row", {rows});
+  expect_shape(op, slot_of_row, "slot_of_row", {rows});
+  expect_i64(op, token_of_row, "token_of_row");
+  expect_i64(op, slot_of_row, "slot_of_row");
+}
+}  // namespace
+
+void moe_router_forward(const Tensor& logits, const MoeRouterConfig& cfg, const Tensor& expert_bias,
+                        const Tensor& forced_experts, Tensor& scores, Tensor& experts, Tensor& weights) {
+  const char* op = "moe_router_forward";
+  const Device dev = common_device(op, {{logits, "logits"}, {scores, "scores"}, {experts, "experts"},
+                                        {weights, "weights"}});
+  expect_dim(op, logits, "logits", 2);
+  const int64_t tokens = logits.size(0), e_count = logits.size(1), k = cfg.top_k;
+  check_router_config(op, cfg, e_count);
+  expect_shape(op, scores, "scores", logits.shape());
+  expect_shape(op, experts, "experts", {tokens, k});
+  expect_shape(op, weights, "weights", {tokens, k});
+  expect_i64(op, experts, "experts");
+  if (expert_bias.defined()) {
+    common_device(op, {{logits, "logits"}, {expert_bias, "expert_bias"}});
+    expect_shape(op, expert_bias, "expert_bias", {e_count});
+  }
+  if (forced_experts.defined()) {
+    common_device(op, {{logits, "logits"}, {forced_experts, "forced_experts"}});
+    expect_shape(op, forced_experts, "forced_experts", {tokens, k});
+    expect_i64(op, forced_experts, "forced_experts");
+    // Replayed ids come from outside (an inference engine): one host check.
+    const Tensor host = forced_experts.to(Device::cpu());
+    const int64_t* ids = host.data<int64_t>();
+    for (int64_t i = 0; i < tokens * k; ++i)
+      BB_CHECK(ids[i] >= 0 && ids[i] < e_count, op, ": forced expert of token ", i / k, " slot ", i % k, " is ",
+               ids[i], ", outside [0, ", e_count, ")");
+  }
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{logits, "logits"}, {scores, "scores"}, {weights, "weights"}});
+    if (expert_bias.defined()) expect_cpu_same_float(op, {{logits, "logits"}, {expert_bias, "expert_bias"}});
+    BB_DISPATCH_CPU(moe_router_forward, logits, cfg, expert_bias, forced_experts, scores, experts, weights);
+  }
+  BB_DISPATCH_CUDA(moe_router_forward, logits, cfg, expert_bias, forced_experts, scores, experts, weights);
+}
+
+void moe_router_backward(const Tensor& dweights, const Tensor& dscores_extra, const Tensor& logits,
+                         const Tensor& scores, const Tensor& experts, const Tensor& weights,
+                         const MoeRouterConfig& cfg, Tensor& dlogits) {
+  const char* op = "moe_router_backward";
+  const Device dev = common_device(op, {{dweights, "dweights"}, {logits, "logits"}, {scores, "scores"},
+                                        {experts, "experts"}, {weights, "weights"}, {dlogits, "dlogits"}});
+  expect_dim(op, logits, "logits", 2);
+  const int64_t tokens = logits.size(0), e_count = logits.size(1), k = cfg.top_k;
+  check_router_config(op, cfg, e_count);
+  expect_shape(op, scores, "scores", logits.shape());
+  expect_shape(op, dlogits, "dlogits", logits.shape());
+  expect_shape(op, experts, "experts", {tokens, k});
+  expect_shape(op, weights, "weights", {tokens, k});
+  expect_shape(op, dweights, "dweights", {tokens, k});
+  expect_i64(op, experts, "experts");
+  if (dscores_extra.defined()) {
+    common_device(op, {{logits, "logits"}, {dscores_extra, "dscores_extra"}});
+    BB_CHECK(dscores_extra.shape() == logits.shape() || dscores_extra.shape() == Shape{e_count}, op,
+             ": dscores_extra has shape ", shape_str(dscores_extra.shape()), ", expected ",
+             shape_str(logits.shape()), " or [", e_count, "]");
+  }
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{dweights, "dweights"}, {logits, "logits"}, {scores, "scores"},
+                               {weights, "weights"}, {dlogits, "dlogits"}});
+    if (dscores_extra.defined()) expect_cpu_same_float(op, {{logits, "logits"}, {dscores_extra, "dscores_extra"}});
+    BB_DISPATCH_CPU(moe_router_backward, dweights, dscores_extra, logits, scores, experts, weights, cfg, dlogits);
+  }
+  BB_DISPATCH_CUDA(moe_router_backward, dweights, dscores_extra, logits, scores, experts, weights, cfg, dlogits);
+}
+
+void moe_sort_rows(const Tensor& experts, int64_t num_experts, Tensor& token_of_row, Tensor& slot_of_row,
+                   Tensor& rows_per_expert) {
+  const char* op = "moe_sort_rows";
+  const Device dev = common_device(op, {{experts, "experts"}, {token_of_row, "token_of_row"},
+                                        {slot_of_row, "slot_of_row"}, {rows_per_expert, "rows_per_expert"}});
+  expect_dim(op, experts, "experts", 2);
+  expect_i64(op, experts, "experts");
+  BB_CHECK(num_experts >= 1, op, ": num_experts must be positive, got ", num_experts);
+  check_row_indices(op, token_of_row, slot_of_row, experts.numel());
+  expect_shape(op, rows_per_expert, "rows_per_expert", {num_experts});
+  expect_i64(op, rows_per_expert, "rows_per_expert");
+  if (dev.is_cpu()) BB_DISPATCH_CPU(moe_sort_rows, experts, num_experts, token_of_row, slot_of_row, rows_per_expert);
+  BB_DISPATCH_CUDA(moe_sort_rows, experts, num_experts, token_of_row, slot_of_row, rows_per_expert);
+}
+
+void moe_row_weights(const Tensor& weights, const Tensor& token_of_row, const Tensor& slot_of_row,
+                     Tensor& row_weights) {
+  const char* op = "moe_row_weights";
+  const Device dev = common_device(op, {{weights, "weights"}, {token_of_row, "token_of_row"},
+                                        {slot_of_row, "slot_of_row"}, {row_weights, "row_weights"}});
+  expect_dim(op, weights, "weights", 2);
+  expect_dim(op, row_weights, "row_weights", 1);
+  check_row_indices(op, token_of_row, slot_of_row, row_weights.size(0));
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{weights, "weights"}, {row_weights, "row_weights"}});
+    BB_DISPATCH_CPU(moe_row_weights, weights, token_of_row, slot_of_row, row_weights);
+  }
+  BB_DISPATCH_CUDA(moe_row_weights, weights, token_of_row, slot_of_row, row_weights);
+}
+
+void moe_gather_row_grads(const Tensor& drow_weights, const Tensor& token_of_row, const Tensor& slot_of_row,
+                          Tensor& dweights) {
+  const char* op = "moe_gather_row_grads";
+  const Device dev = common_device(op, {{drow_weights, "drow_weights"}, {token_of_row, "token_of_row"},
+                                        {slot_of_row, "slot_of_row"}, {dweights, "dweights"}});
+  expect_dim(op, dweights, "dweights", 2);
+  expect_dim(op, drow_weights, "drow_weights", 1);
+  check_row_indices(op, token_of_row, slot_of_row, drow_weights.size(0));
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{drow_weights, "drow_weights"}, {dweights, "dweights"}});
+    BB_DISPATCH_CPU(moe_gather_row_grads, drow_weights, token_of_row, slot_of_row, dweights);
+  }
+  BB_DISPATCH_CUDA(moe_gather_row_grads, drow_weights, token_of_row, slot_of_row, dweights);
+}
+
+void moe_score_sums(const Tensor& scores, Tensor& sums) {
+  const char* op = "moe_score_sums";
+  const Device dev = common_device(op, {{scores, "scores"}, {sums, "sums"}});
+  expect_dim(op, scores, "scores", 2);
+  expect_shape(op, sums, "sums", {scores.size(1)});
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{scores, "scores"}, {sums, "sums"}});
+    BB_DISPATCH_CPU(moe_score_sums, scores, sums);
+  }
+  BB_DISPATCH_CUDA(moe_score_sums, scores, sums);
+}
+
+}  // namespace bb::ops

@@ -142,6 +142,59 @@ void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& pr
 void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
                             Tensor& dy, Tensor& dprobs);
 
+// ---- MoE routing ------------------------------------------------------------------------
+// The router's decision from its logits [T, E], in the statistics dtype S
+// (CPU: the logits' dtype, computed in double; CUDA: float32 from bfloat16 or
+// float32 logits).
+//   softmax: scores = softmax over all E (HF Qwen3-MoE / Mixtral);
+//   sigmoid: scores = sigmoid(logits) (DeepSeek-V3 / Kimi-K2).
+// Selection ranks experts by scores + expert_bias (the bias of aux-loss-free
+// balancing steers the choice only, never the weights). With num_groups > 1
+// the E experts form num_groups equal groups, a group's score is the sum of
+// its two best biased scores, and only the experts of the topk_groups best
+// groups compete (HF DeepseekV3TopkRouter; Megatron's group_limited_topk).
+// Equal scores keep the lower expert (group) id first; experts [T, k] come
+// most preferred first. weights [T, k] = the chosen unbiased scores, divided
+// by their sum when norm_topk_prob (sigmoid adds 1e-20 to the sum, as HF and
+// Megatron do), times routed_scaling_factor.
+enum class MoeScore { Softmax, Sigmoid };
+struct MoeRouterConfig {
+  MoeScore score = MoeScore::Softmax;
+  int64_t top_k = 1;
+  bool norm_topk_prob = false;
+  int64_t num_groups = 0;      // 0 or 1: no group limit
+  int64_t topk_groups = 0;
+  double routed_scaling_factor = 1.0;
+};
+// expert_bias: [E] (S) or undefined; forced_experts: [T, k] int64 or undefined
+// (router replay: these experts are taken instead of the selection, checked
+// to lie in [0, E) on the host, one sync; their weights come from the live
+// scores as if they had been chosen). scores [T, E], weights [T, k] in S;
+// experts [T, k] int64.
+void moe_router_forward(const Tensor& logits, const MoeRouterConfig& cfg, const Tensor& expert_bias,
+                        const Tensor& forced_experts, Tensor& scores, Tensor& experts, Tensor& weights);
+// dlogits [T, E] (the logits' dtype, overwritten) from dweights [T, k] (S)
+// through the scaling, renormalisation and softmax or sigmoid; dscores_extra
+// (S, undefined: none) is a further gradient of the scores, [T, E] or [E]
+// (the same for every token, as the load-balancing loss gives).
+void moe_router_backward(const Tensor& dweights, const Tensor& dscores_extra, const Tensor& logits,
+                         const Tensor& scores, const Tensor& experts, const Tensor& weights,
+                         const MoeRouterConfig& cfg, Tensor& dlogits);
+// The rows of a routing: the N = T*k (token, slot) pairs of experts [T, k]
+// (int64) sorted by expert, then by slot j, then by token t (HF's order,
+// stable). token_of_row, slot_of_row [N] and rows_per_expert [E], all int64.
+void moe_sort_rows(const Tensor& experts, int64_t num_experts, Tensor& token_of_row, Tensor& slot_of_row,
+                   Tensor& rows_per_expert);
+// row_weights [N] = weights[token_of_row[i], slot_of_row[i]] (weights [T, k]);
+// moe_gather_row_grads is its adjoint: dweights [T, k] (overwritten; pairs
+// with no row get 0) from drow_weights [N]. One floating dtype for both.
+void moe_row_weights(const Tensor& weights, const Tensor& token_of_row, const Tensor& slot_of_row,
+                     Tensor& row_weights);
+void moe_gather_row_grads(const Tensor& drow_weights, const Tensor& token_of_row, const Tensor& slot_of_row,
+                          Tensor& dweights);
+// sums [E] = sum over tokens of scores [T, E] (S; the load-balancing loss's P).
+void moe_score_sums(const Tensor& scores, Tensor& sums);
+
 // ---- optimizer ------------------------------------------------------------------------
 // One AdamW step with torch.optim.AdamW semantics over a flat buffer:
 //   p -= lr * wd * p;  g' = g * grad_scale;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2

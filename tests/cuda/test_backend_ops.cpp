@@ -722,6 +722,146 @@ void moe_cases(std::vector<Case>& cases) {
   }
 }
 
+// MoE routing: the router (softmax, and sigmoid with a bias and groups), the
+// sorted rows of its experts and the gathers around them. Softmax experts are
+// compared exactly: distinct bfloat16 logits leave gaps between scores far
+// wider than the fp32 vs double difference of the two backends. Sums of
+// sigmoid scores (biased scores, group scores) can come within fp32 rounding
+// of each other, where the backends may order two nearly equal experts
+// differently; their weights then agree to fp32, so the experts get a loose
+// bound and the weights the fp32 one.
+struct RouterShape {
+  int64_t tokens, experts, topk;
+  bool sigmoid;
+  int64_t groups, kept;
+  bool norm;
+  double scaling;
+  bool forced;
+};
+
+ops::MoeRouterConfig router_config(const RouterShape& r) {
+  ops::MoeRouterConfig c;
+  c.score = r.sigmoid ? ops::MoeScore::Sigmoid : ops::MoeScore::Softmax;
+  c.top_k = r.topk;
+  c.norm_topk_prob = r.norm;
+  c.num_groups = r.groups;
+  c.topk_groups = r.kept;
+  c.routed_scaling_factor = r.scaling;
+  return c;
+}
+
+// k distinct experts per token out of the first `used`.
+std::vector<double> draw_experts(Generator& gen, int64_t tokens, int64_t used, int64_t k) {
+  std::vector<double> out;
+  std::vector<int64_t> pool(static_cast<size_t>(used));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t e = 0; e < used; ++e) pool[size_t(e)] = e;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t pick = j + int64_t(gen.uniform() * double(used - j));
+      std::swap(pool[size_t(j)], pool[size_t(pick)]);
+      out.push_back(double(pool[size_t(j)]));
+    }
+  }
+  return out;
+}
+
+void moe_router_cases(std::vector<Case>& cases) {
+  const RouterShape shapes[] = {
+      {37, 8, 2, false, 0, 0, false, 1.0, false},
+      {333, 128, 8, false, 0, 0, true, 1.0, false},    // Qwen3-30B-A3B, T a multiple of nothing
+      {333, 128, 8, false, 0, 0, true, 1.0, true},     // router replay
+      {257, 256, 8, true, 8, 4, true, 2.5, false},     // DeepSeek-V3: sigmoid, 8 groups / 4 kept
+      {100, 64, 6, true, 0, 0, false, 16.0, false},
+  };
+  for (const RouterShape& r : shapes) {
+    const std::string shape = fmt("T=%lld E=%lld k=%lld %s groups=%lld/%lld norm=%d scale=%g%s", (long long)r.tokens,
+                                  (long long)r.experts, (long long)r.topk, r.sigmoid ? "sigmoid" : "softmax",
+                                  (long long)r.groups, (long long)r.kept, int(r.norm), r.scaling,
+                                  r.forced ? " forced" : "");
+    const ops::MoeRouterConfig cfg = router_config(r);
+    const Shape te{r.tokens, r.experts}, tk{r.tokens, r.topk};
+    cases.push_back({"moe_router_forward", shape, [=](Generator& gen) {
+                       Pair logits = random_pair(gen, te, DType::BF16, 2.0);
+                       Pair bias = r.sigmoid ? random_pair(gen, {r.experts}, DType::BF16, 0.1) : Pair{};
+                       if (r.sigmoid) bias = pair_from_cpu(bias.cpu, DType::F32);
+                       Pair forced = r.forced ? index_pair(draw_experts(gen, r.tokens, r.experts, r.topk), DType::I64)
+                                              : Pair{};
+                       Pair scores = output_pair(te, DType::F32), weights = output_pair(tk, DType::F32);
+                       Pair experts = index_pair(std::vector<double>(size_t(r.tokens * r.topk), -1.0), DType::I64);
+                       cuda::moe_router_forward(logits.gpu, cfg, bias.gpu, forced.gpu, scores.gpu, experts.gpu,
+                                                weights.gpu);
+                       ops::moe_router_forward(logits.cpu, cfg, bias.cpu, forced.cpu, scores.cpu, experts.cpu,
+                                               weights.cpu);
+                       return std::vector<Check>{compare("scores", scores, kF32Bound),
+                                                 compare("experts", experts, r.sigmoid ? 0.05 : 0.0),
+                                                 compare("weights", weights, kF32Bound)};
+                     }});
+    for (bool per_token : {true, false}) {
+      cases.push_back({"moe_router_backward", shape + (per_token ? " dscores=[T,E]" : " dscores=[E]"),
+                       [=](Generator& gen) {
+                         Pair logits = random_pair(gen, te, DType::BF16, 2.0);
+                         Tensor scores = Tensor::empty(te, DType::F32), experts = Tensor::empty(tk, DType::I64);
+                         Tensor weights = Tensor::empty(tk, DType::F32);
+                         ops::moe_router_forward(logits.cpu, cfg, Tensor(), Tensor(), scores, experts, weights);
+                         Pair s = pair_from_cpu(scores, DType::F32), w = pair_from_cpu(weights, DType::F32);
+                         Pair ex{experts.to(Device::cuda(0)), experts};
+                         Pair dw = random_pair(gen, tk, DType::F32);
+                         Pair extra = random_pair(gen, per_token ? te : Shape{r.experts}, DType::F32, 0.01);
+                         Pair dlogits = output_pair(te, DType::BF16);
+                         cuda::moe_router_backward(dw.gpu, extra.gpu, logits.gpu, s.gpu, ex.gpu, w.gpu, cfg,
+                                                   dlogits.gpu);
+                         ops::moe_router_backward(dw.cpu, extra.cpu, logits.cpu, s.cpu, ex.cpu, w.cpu, cfg,
+                                                  dlogits.cpu);
+                         return std::vector<Check>{compare("dlogits", dlogits, kBf16Bound)};
+                       }});
+    }
+  }
+  // Sorted rows: `used` of E experts get rows, so some experts get none.
+  struct SortShape {
+    int64_t tokens, experts, used, topk;
+  };
+  for (const SortShape& r : {SortShape{333, 128, 128, 8}, SortShape{50, 64, 20, 4}, SortShape{1, 8, 8, 8},
+                             SortShape{4097, 128, 100, 8}}) {
+    const std::string shape = fmt("T=%lld E=%lld used=%lld k=%lld", (long long)r.tokens, (long long)r.experts,
+                                  (long long)r.used, (long long)r.topk);
+    const int64_t n = r.tokens * r.topk;
+    cases.push_back({"moe_sort_rows", shape, [=](Generator& gen) {
+                       Pair experts = index_pair(draw_experts(gen, r.tokens, r.used, r.topk), DType::I64);
+                       Tensor e = experts.cpu.view({r.tokens, r.topk});
+                       Pair ex{e.to(Device::cuda(0)), e};
+                       const std::vector<double> minus(size_t(n), -1.0);
+                       Pair tok = index_pair(minus, DType::I64), slot = index_pair(minus, DType::I64);
+                       Pair counts = index_pair(std::vector<double>(size_t(r.experts), -1.0), DType::I64);
+                       cuda::moe_sort_rows(ex.gpu, r.experts, tok.gpu, slot.gpu, counts.gpu);
+                       ops::moe_sort_rows(ex.cpu, r.experts, tok.cpu, slot.cpu, counts.cpu);
+                       return std::vector<Check>{compare("token_of_row", tok, 0.0), compare("slot_of_row", slot, 0.0),
+                                                 compare("rows_per_expert", counts, 0.0)};
+                     }});
+    cases.push_back({"moe_row_weights+gather_row_grads", shape, [=](Generator& gen) {
+                       Tensor e = index_pair(draw_experts(gen, r.tokens, r.used, r.topk), DType::I64)
+                                      .cpu.view({r.tokens, r.topk});
+                       Tensor tok = Tensor::empty({n}, DType::I64), slot = Tensor::empty({n}, DType::I64);
+                       Tensor counts = Tensor::empty({r.experts}, DType::I64);
+                       ops::moe_sort_rows(e, r.experts, tok, slot, counts);
+                       Pair t{tok.to(Device::cuda(0)), tok}, sl{slot.to(Device::cuda(0)), slot};
+                       Pair w = random_pair(gen, {r.tokens, r.topk}, DType::F32);
+                       Pair rw = output_pair({n}, DType::F32), back = output_pair({r.tokens, r.topk}, DType::F32);
+                       cuda::moe_row_weights(w.gpu, t.gpu, sl.gpu, rw.gpu);
+                       ops::moe_row_weights(w.cpu, t.cpu, sl.cpu, rw.cpu);
+                       cuda::moe_gather_row_grads(rw.gpu, t.gpu, sl.gpu, back.gpu);
+                       ops::moe_gather_row_grads(rw.cpu, t.cpu, sl.cpu, back.cpu);
+                       return std::vector<Check>{compare("row_weights", rw, 0.0), compare("dweights", back, 0.0)};
+                     }});
+    cases.push_back({"moe_score_sums", shape, [=](Generator& gen) {
+                       Pair s = random_pair(gen, {r.tokens, r.experts}, DType::F32, 0.0, 1.0);
+                       Pair sums = output_pair({r.experts}, DType::F32);
+                       cuda::moe_score_sums(s.gpu, sums.gpu);
+                       ops::moe_score_sums(s.cpu, sums.cpu);
+                       return std::vector<Check>{compare("sums", sums, kF32Bound)};
+                     }});
+  }
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   matmul_cases(cases);
@@ -737,6 +877,7 @@ std::vector<Case> all_cases() {
   adamw_cases(cases);
   attention_cases(cases);
   moe_cases(cases);
+  moe_router_cases(cases);
   return cases;
 }
 

@@ -71,8 +71,8 @@ void Decoder::init_weights(uint64_t seed) {
   // tensor's indices, so every layout initialises the same model (and a tied
   // embedding's copy on the last stage equals the first stage's).
   for (Parameter& p : store_.params()) {
-    if (p.init == InitKind::Ones) {
-      p.value.fill_(1.0);
+    if (p.init == InitKind::Ones || p.init == InitKind::Zeros) {
+      p.value.fill_(p.init == InitKind::Ones ? 1.0 : 0.0);
       continue;
     }
     init_normal_shard(p, seed ^ std::hash<std::string>{}(p.name), spec_.initializer_range);

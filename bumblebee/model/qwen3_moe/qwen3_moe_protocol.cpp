@@ -58,9 +58,16 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
     layer_cfg.attention.recompute_core_attention = sel.core_attn;
     BlockFactory ffn;
     if (cfg.is_moe_layer(layer)) {
-      ffn = sparse_moe({cfg.dense.hidden_size, cfg.moe_intermediate_size, cfg.num_experts, cfg.num_experts_per_tok,
-                        cfg.norm_topk_prob, sel.mlp},
-                       pc);
+      // Qwen3-MoE's router: softmax top-k, no groups, no scaling, no expert bias.
+      SparseMoEConfig moe_cfg;
+      moe_cfg.hidden = cfg.dense.hidden_size;
+      moe_cfg.moe_ffn = cfg.moe_intermediate_size;
+      moe_cfg.num_experts = cfg.num_experts;
+      moe_cfg.top_k = cfg.num_experts_per_tok;
+      moe_cfg.norm_topk_prob = cfg.norm_topk_prob;
+      moe_cfg.recompute_activation = sel.mlp;
+      moe_cfg.score = ops::MoeScore::Softmax;
+      ffn = sparse_moe(moe_cfg, pc);
       if (sel.moe) ffn = recomputed(std::move(ffn));
     } else {
       ffn = swiglu_mlp(cfg.dense.hidden_size, cfg.dense.intermediate_size, pc, sel.mlp);

@@ -80,4 +80,18 @@ void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& pr
 void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
                             Tensor& dy, Tensor& dprobs);
 
+// moe_router.cpp
+void moe_router_forward(const Tensor& logits, const ops::MoeRouterConfig& cfg, const Tensor& expert_bias,
+                        const Tensor& forced_experts, Tensor& scores, Tensor& experts, Tensor& weights);
+void moe_router_backward(const Tensor& dweights, const Tensor& dscores_extra, const Tensor& logits,
+                         const Tensor& scores, const Tensor& experts, const Tensor& weights,
+                         const ops::MoeRouterConfig& cfg, Tensor& dlogits);
+void moe_sort_rows(const Tensor& experts, int64_t num_experts, Tensor& token_of_row, Tensor& slot_of_row,
+                   Tensor& rows_per_expert);
+void moe_row_weights(const Tensor& weights, const Tensor& token_of_row, const Tensor& slot_of_row,
+                     Tensor& row_weights);
+void moe_gather_row_grads(const Tensor& drow_weights, const Tensor& token_of_row, const Tensor& slot_of_row,
+                          Tensor& dweights);
+void moe_score_sums(const Tensor& scores, Tensor& sums);
+
 }  // namespace bb::cpu

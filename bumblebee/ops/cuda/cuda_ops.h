@@ -9,7 +9,7 @@
 // return a number to the host synchronise.
 //
 // defined in: gemm.cu, grouped_gemm.cu, elementwise.cu, reduce.cu, embedding.cu, rmsnorm.cu,
-// rope.cu, swiglu.cu, attention.cu, cross_entropy.cu, adamw.cu, moe_permute.cu
+// rope.cu, swiglu.cu, attention.cu, cross_entropy.cu, adamw.cu, moe_permute.cu, moe_router.cu
 #pragma once
 
 #include <cstdint>
@@ -104,5 +104,24 @@ void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor
 void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out);
 void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
                             Tensor& dy, Tensor& dprobs);
+
+// moe_router.cu. logits and dlogits bfloat16 or float32; scores, weights,
+// dweights, dscores_extra, expert_bias, drow_weights, row_weights and sums
+// float32; experts, forced_experts and the row indices int64. One thread per
+// token routes (E up to a few hundred); moe_sort_rows is a stable CUB radix
+// sort (no host sync). Expert ids are not range-checked on the device: an id
+// outside [0, E) sorts after every expert and is counted by no expert.
+void moe_router_forward(const Tensor& logits, const ops::MoeRouterConfig& cfg, const Tensor& expert_bias,
+                        const Tensor& forced_experts, Tensor& scores, Tensor& experts, Tensor& weights);
+void moe_router_backward(const Tensor& dweights, const Tensor& dscores_extra, const Tensor& logits,
+                         const Tensor& scores, const Tensor& experts, const Tensor& weights,
+                         const ops::MoeRouterConfig& cfg, Tensor& dlogits);
+void moe_sort_rows(const Tensor& experts, int64_t num_experts, Tensor& token_of_row, Tensor& slot_of_row,
+                   Tensor& rows_per_expert);
+void moe_row_weights(const Tensor& weights, const Tensor& token_of_row, const Tensor& slot_of_row,
+                     Tensor& row_weights);
+void moe_gather_row_grads(const Tensor& drow_weights, const Tensor& token_of_row, const Tensor& slot_of_row,
+                          Tensor& dweights);
+void moe_score_sums(const Tensor& scores, Tensor& sums);
 
 }  // namespace bb::cuda

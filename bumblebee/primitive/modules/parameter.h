@@ -41,12 +41,14 @@ enum class ShardKind {
   Vocab,        // dim 0 split over tp ranks after padding to a multiple of tp
 };
 
-enum class InitKind { Normal, Ones };
+enum class InitKind { Normal, Ones, Zeros };
 
 // What a parameter is, for the choice of its group: dense parameters are
 // replicated over data parallelism, expert parameters over the
-// expert-data-parallel group.
-enum class ParamClass { Dense, Expert };
+// expert-data-parallel group; a buffer is state saved and loaded with the
+// checkpoint but never trained by the optimizer (the router's expert bias,
+// which its own balancing rule updates).
+enum class ParamClass { Dense, Expert, Buffer };
 
 class ParamGroup;
 

@@ -25,6 +25,11 @@ ParamGroupFn make_param_groups(dist::ParallelState& parallel, const ParamGroupOp
       spec.trainable = false;
       return spec;
     }
+    if (p.cls == ParamClass::Buffer) {
+      spec.name = "buffer";
+      spec.trainable = false;
+      return spec;
+    }
     const bool is_expert = p.cls == ParamClass::Expert;
     spec.name = is_expert ? "expert" : "dense";
     spec.grad_comm = is_expert ? expert : dense;

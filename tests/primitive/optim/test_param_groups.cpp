@@ -55,6 +55,18 @@ TEST(ParamGroups, WithoutOptionsEveryDenseParameterSharesOneGroup) {
   EXPECT_EQ(m.store.groups()[1]->name(), "expert");
 }
 
+// A buffer (the router's expert bias) is state, not a trained parameter.
+TEST(ParamGroups, BuffersHaveTheirOwnFrozenGroup) {
+  auto parallel = dist::ParallelState::single_rank();
+  ParamStore store;
+  store.add("model.layers.0.mlp.gate.weight", {4, 3}, {});
+  store.add("model.layers.0.mlp.gate.e_score_correction_bias", {4}, {}, InitKind::Zeros, ParamClass::Buffer);
+  store.allocate(make_param_groups(*parallel, ParamGroupOptions{}), DType::F64, DType::F64, Device::cpu());
+  EXPECT_FALSE(store.group("buffer").trainable());
+  EXPECT_FALSE(store.get("model.layers.0.mlp.gate.e_score_correction_bias").requires_grad());
+  EXPECT_TRUE(store.get("model.layers.0.mlp.gate.weight").requires_grad());
+}
+
 TEST(ParamGroups, AnInvalidFrozenPatternNamesIt) {
   ParamGroupOptions o;
   o.frozen = {"model.(layers"};

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "bumblebee/core/tensor.h"
+
 namespace bb {
 
 class RouterAuxLoss {
@@ -26,10 +28,10 @@ class RouterAuxLoss {
   // this microbatch's share of the step, see docs/models.md).
   explicit RouterAuxLoss(double grad_scale) : grad_scale_(grad_scale) {}
   double grad_scale() const { return grad_scale_; }
-  // One layer's router output of `tokens` tokens: q [tokens, E] (row-major)
-  // and the chosen experts [tokens, k]. Ignored once finished.
-  void add_layer(const std::vector<double>& q, const std::vector<int64_t>& chosen, int64_t tokens,
-                 int64_t num_experts);
+  // One layer's router output: q [T, E] on the device (its per-expert sums,
+  // ops::moe_score_sums, are the only values read back) and the rows routed
+  // to each expert [E] (on the host). Ignored once finished.
+  void add_layer(const Tensor& q, const std::vector<int64_t>& rows_per_expert);
   // Ends the forward: value() and expert_grad() are final from here on.
   void finish() { finished_ = true; }
   bool finished() const { return finished_; }

@@ -1,7 +1,7 @@
 // SparseMoE: the mixture-of-experts feed-forward of Qwen3-MoE (HF's
 // Qwen3MoeSparseMoeBlock), a Block that fills a decoder layer's feed-forward
 // slot:
-//   route (TopKRouter) -> permute (each token's rows for its k experts,
+//   route (TopKRouter, on the device, with the rows sorted by expert) -> permute (each token's rows for its k experts,
 //   sorted by expert) -> per expert: down(silu(gate(x)) * up(x)) on its rows
 //   -> unpermute (rows summed back per token with the routing weights).
 // Parameters in HF's per-expert names: `mlp.gate.weight` [E, H] (dense), then
@@ -40,18 +40,21 @@ struct SparseMoEConfig {
   // Selective recompute's `mlp` module: each expert's SwiGLU output h is
   // dropped after its down_proj and rebuilt from gate_up in backward.
   bool recompute_activation = false;
+  // The router beyond Qwen3-MoE's softmax (see TopKRouter): sigmoid scoring
+  // with an expert bias, group-limited selection, a routed scaling factor.
+  ops::MoeScore score = ops::MoeScore::Softmax;
+  int64_t num_groups = 0, topk_groups = 0;
+  double routed_scaling_factor = 1.0;
 };
 
 class SparseMoE : public Block {
  public:
   struct Saved : BlockState {
-    Tensor x, x_perm, y_perm, token_of_row, row_weights;
+    Tensor x, x_perm, y_perm;
     Tensor x_experts;                     // the local experts' rows: x_perm itself when ep = 1
     Routing routing;
     TokenDispatcher::Plan plan;           // ep > 1 only
     std::vector<int64_t> offsets;         // [L + 1]: local expert l's rows of x_experts are [offsets[l], offsets[l + 1])
-    std::vector<int64_t> row_token;       // [N]: token_of_row on the host
-    std::vector<int64_t> row_slot;        // [N]: the row's position j in its token's top-k
     GroupedExperts::Saved experts;        // the experts' activations
     RouterAuxLoss* aux = nullptr;
   };

@@ -1,51 +1,65 @@
-// TopKRouter: the softmax top-k router of Qwen3-MoE (and Mixtral), with HF
-// transformers' semantics: logits = x W^T (W = `mlp.gate.weight` [E, H]),
-// probabilities = softmax over all E experts in the statistics precision
-// (double on the host here; HF: float32), the k most probable experts per
-// token, and their probabilities as routing weights, renormalised to sum to 1
-// when norm_topk_prob is set.
+// TopKRouter: the router of a MoE layer. logits = x W^T (W = `mlp.gate.weight`
+// [E, H]), then ops::moe_router_forward on the device: softmax top-k with
+// optional renormalisation (HF Qwen3-MoE / Mixtral), or sigmoid scoring with
+// an expert bias that steers the choice only, group-limited top-k and a
+// routed scaling factor (DeepSeek-V3 / Kimi-K2; the bias is the non-trainable
+// parameter `mlp.gate.e_score_correction_bias` [E], declared only for sigmoid
+// scoring). Statistics are fp32 on CUDA and float64 with float64 weights.
 //
-// The routing decision is made on the host: the logits are read back, so the
-// router works on every backend (a CUDA top-k kernel comes with the grouped
-// GEMM). Backward takes the gradients of the routing weights (and any extra
-// gradient of the probabilities, from the auxiliary loss) back through the
-// renormalisation and the softmax to the logits, then to x and W.
+// The routing also carries its rows, sorted by expert (ops::moe_sort_rows),
+// and the row count of each expert on the host: the one device -> host copy
+// of a layer's routing, which the expert loop and the dispatcher need to size
+// their work. Backward takes the gradients of the routing weights (and any
+// extra gradient of the scores, from the auxiliary loss) back through the
+// router to the logits, then to x and W.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/modules/parameter.h"
 
 namespace bb {
 
 struct TopKRouterConfig {
-  int64_t hidden = 0, num_experts = 0, top_k = 0;
-  bool norm_topk_prob = false;
+  int64_t hidden = 0, num_experts = 0;
+  ops::MoeRouterConfig routing;
 };
 
-// One microbatch's routing, on the host.
+// One microbatch's routing: device tensors, except rows_per_expert.
 struct Routing {
   int64_t tokens = 0, num_experts = 0, top_k = 0;
-  std::vector<double> probs;     // [T, E] softmax of the router logits
-  std::vector<int64_t> experts;  // [T, k] chosen experts, most probable first
-  std::vector<double> weights;   // [T, k] routing weights
+  Tensor logits;        // [T, E] x W^T, in x's dtype
+  Tensor scores;        // [T, E] softmax or sigmoid of the router logits (statistics dtype)
+  Tensor experts;       // [T, k] int64, most preferred first
+  Tensor weights;       // [T, k] routing weights (statistics dtype)
+  Tensor token_of_row;  // [N = T*k] int64: the rows sorted by expert, then slot, then token
+  Tensor slot_of_row;   // [N] int64: the row's position j in its token's top-k
+  Tensor row_weights;   // [N] the row's routing weight
+  std::vector<int64_t> rows_per_expert;   // [E] on the host
 };
 
 class TopKRouter {
  public:
-  TopKRouter(ParamStore& store, const std::string& name, const TopKRouterConfig& cfg);
+  TopKRouter(ParamStore& store, const std::string& prefix, const TopKRouterConfig& cfg);
   Parameter& weight() { return *weight_; }
-  Routing forward(const Tensor& x) const;
-  // d_weights [T, k]; d_probs [T, E] an extra gradient of the probabilities
-  // (empty: none). Accumulates into dx [T, H] (same dtype and device as x)
-  // and into the router weight's gradient.
-  void backward(const Routing& r, const std::vector<double>& d_weights, const std::vector<double>& d_probs,
-                const Tensor& x, Tensor& dx) const;
+  // forced_experts [T, k] int64 (router replay) or undefined.
+  Routing forward(const Tensor& x, const Tensor& forced_experts = Tensor()) const;
+  // drow_weights [N] (the rows' weight gradients); dscores [T, E] or [E], an
+  // extra gradient of the scores (undefined: none). Accumulates into dx
+  // [T, H] (x's dtype and device) and into the router weight's gradient.
+  void backward(const Routing& r, const Tensor& drow_weights, const Tensor& dscores, const Tensor& x,
+                Tensor& dx) const;
 
  private:
   TopKRouterConfig cfg_;
   Parameter* weight_;
+  Parameter* bias_ = nullptr;   // sigmoid scoring only
 };
+
+// The dtype of the router's statistics for activations of dtype `dt`: float64
+// stays float64 (the CPU oracle), everything else computes in float32.
+DType router_stat_dtype(DType dt);
 
 }  // namespace bb

@@ -61,6 +61,45 @@ INSTANTIATE_TEST_SUITE_P(Routers, SparseMoEGradients,
                                   (info.param.aux ? "WithAuxLoss" : "");
                          });
 
+// The DeepSeek-V3 router in the block: sigmoid scores, the expert bias (a
+// buffer: it steers the choice, so the loss is flat in it and its gradient
+// stays 0), groups of two experts with one kept, a routed scaling factor.
+TEST(SparseMoE, SigmoidGroupedRouterMatchesFiniteDifferences) {
+  test::ModuleFixture fx;
+  SparseMoEConfig cfg{kHidden, kFfn, kExperts, kTopK, true};
+  cfg.score = ops::MoeScore::Sigmoid;
+  cfg.num_groups = 2;
+  cfg.topk_groups = 1;
+  cfg.routed_scaling_factor = 2.5;
+  auto moe = fx.make_sparse_moe(cfg, "mlp.");
+  const Parameter* bias = nullptr;
+  for (const Parameter& p : fx.params())
+    if (p.name == "mlp.gate.e_score_correction_bias") bias = &p;
+  ASSERT_NE(bias, nullptr);
+  EXPECT_EQ(bias->cls, ParamClass::Buffer);
+  EXPECT_EQ(bias->full_shape, (Shape{kExperts}));
+  fx.allocate_and_init(57, 0.5);
+  Generator gen(58);
+  Tensor x = test::random_tensor(gen, {kTokens, kHidden});
+  const std::vector<double> proj = test::random_vector(gen, kTokens * kHidden);
+  SequenceLayout seq;
+  auto loss = [&] {
+    std::unique_ptr<BlockState> s;
+    return test::project(moe->forward(x, seq, s), proj);
+  };
+  std::unique_ptr<BlockState> s;
+  moe->forward(x, seq, s);
+  Tensor dx = moe->backward(Tensor::from_doubles(proj, {kTokens, kHidden}, DType::F64), seq, s);
+  EXPECT_LT(test::sampled_gradient_error(loss, x, dx.to_doubles(), gen), kTol) << "dx";
+  test::expect_parameter_gradients_match(fx, loss, gen, kTol);
+}
+
+TEST(SparseMoE, SoftmaxRouterHasNoExpertBias) {
+  test::ModuleFixture fx;
+  auto moe = fx.make_sparse_moe({kHidden, kFfn, kExperts, kTopK, true}, "mlp.");
+  for (const Parameter& p : fx.params()) EXPECT_NE(p.name, "mlp.gate.e_score_correction_bias");
+}
+
 // Two MoE layers in a row share one accumulator: the aux loss's f and P count
 // both layers' tokens, so each layer's router gradient depends on the other's routing.
 TEST(SparseMoE, TwoLayersShareTheAuxLoss) {

@@ -1,0 +1,340 @@
+// MoE routing on CUDA: the router's scores, selection and weights
+// (moe_router_forward), their backward, the sorted rows of a routing
+// (moe_sort_rows) and the small gathers around them. Semantics in ops.h; the
+// CPU op (ops/cpu/moe_router.cpp) is the reference.
+//
+// Routing is one thread per token: E is a few hundred at most, and a token's
+// scores stay in L1 while the thread picks its k experts by k passes of an
+// argmax (ties to the lower id, as the CPU's stable ordering). That is far
+// from the step's critical path next to the expert GEMMs, and it keeps the
+// selection rules (bias, groups, replay) readable. All statistics are fp32.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <limits>
+
+#include "bumblebee/ops/cuda/cuda_common.cuh"
+#include "bumblebee/ops/cuda/cuda_ops.h"
+
+namespace bb::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxTopK = 32;     // a token's choices live in registers
+constexpr int kMaxGroups = 64;   // kept groups are one 64-bit mask
+
+struct RouterArgs {
+  int64_t tokens, experts, top_k, num_groups, topk_groups;
+  bool sigmoid, norm_topk_prob;
+  float scaling;
+};
+
+// The best expert of `t`'s candidates not chosen yet (ties: the lower id).
+__device__ int64_t best_expert(const float* score, const float* bias, const RouterArgs& a, uint64_t kept_groups,
+                               const int64_t* chosen, int n_chosen) {
+  const int64_t group_size = a.num_groups > 1 ? a.experts / a.num_groups : a.experts;
+  int64_t best = -1;
+  float best_v = 0.f;
+  for (int64_t e = 0; e < a.experts; ++e) {
+    if (a.num_groups > 1 && !((kept_groups >> (e / group_size)) & 1u)) continue;
+    bool taken = false;
+    for (int j = 0; j < n_chosen; ++j) taken = taken || chosen[j] == e;
+    if (taken) continue;
+    const float v = score[e] + (bias ? bias[e] : 0.f);
+    if (best < 0 || v > best_v) best = e, best_v = v;
+  }
+  return best;
+}
+
+// The topk_groups best groups, each scored by the sum of its two best biased scores.
+__device__ uint64_t keep_groups(const float* score, const float* bias, const RouterArgs& a) {
+  const int64_t size = a.experts / a.num_groups;
+  uint64_t kept = 0;
+  for (int64_t pick = 0; pick < a.topk_groups; ++pick) {
+    int64_t best = -1;
+    float best_v = 0.f;
+    for (int64_t g = 0; g < a.num_groups; ++g) {
+      if ((kept >> g) & 1u) continue;
+      float m1 = -INFINITY, m2 = -INFINITY;
+      for (int64_t e = g * size; e < (g + 1) * size; ++e) {
+        const float v = score[e] + (bias ? bias[e] : 0.f);
+        if (v > m1) m2 = m1, m1 = v;
+        else if (v > m2) m2 = v;
+      }
+      const float gs = m1 + (size > 1 ? m2 : 0.f);
+      if (best < 0 || gs > best_v) best = g, best_v = gs;
+    }
+    kept |= uint64_t(1) << best;
+  }
+  return kept;
+}
+
+template <typename L>
+__global__ void router_forward_kernel(const L* __restrict__ logits, const float* __restrict__ bias,
+                                      const int64_t* __restrict__ forced, RouterArgs a, float* __restrict__ scores,
+                                      int64_t* __restrict__ experts, float* __restrict__ weights) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= a.tokens) return;
+  const L* lt = logits + t * a.experts;
+  float* pt = scores + t * a.experts;
+  if (a.sigmoid) {
+    for (int64_t e = 0; e < a.experts; ++e) pt[e] = 1.f / (1.f + expf(-to_float(lt[e])));
+  } else {
+    float m = -INFINITY, z = 0.f;
+    for (int64_t e = 0; e < a.experts; ++e) m = fmaxf(m, to_float(lt[e]));
+    for (int64_t e = 0; e < a.experts; ++e) z += (pt[e] = expf(to_float(lt[e]) - m));
+    for (int64_t e = 0; e < a.experts; ++e) pt[e] /= z;
+  }
+  int64_t chosen[kMaxTopK];
+  if (forced) {
+    for (int j = 0; j < a.top_k; ++j) chosen[j] = forced[t * a.top_k + j];
+  } else {
+    const uint64_t kept = a.num_groups > 1 ? keep_groups(pt, bias, a) : 0;
+    for (int j = 0; j < a.top_k; ++j) chosen[j] = best_expert(pt, bias, a, kept, chosen, j);
+  }
+  float sum = a.sigmoid ? 1e-20f : 0.f;
+  for (int j = 0; j < a.top_k; ++j) sum += pt[chosen[j]];
+  for (int j = 0; j < a.top_k; ++j) {
+    experts[t * a.top_k + j] = chosen[j];
+    weights[t * a.top_k + j] = pt[chosen[j]] / (a.norm_topk_prob ? sum : 1.f) * a.scaling;
+  }
+}
+
+// dp_e = extra_e + sum over the slots j choosing e of g_j, with
+// g_j = c dw_j (or (c dw_j - dw . w) / S renormalised); then through the
+// softmax (p_e (dp_e - p . dp)) or the sigmoid (dp_e p_e (1 - p_e)).
+template <typename L>
+__global__ void router_backward_kernel(const float* __restrict__ dweights, const float* __restrict__ extra,
+                                       bool extra_per_token, const float* __restrict__ scores,
+                                       const int64_t* __restrict__ experts, const float* __restrict__ weights,
+                                       RouterArgs a, L* __restrict__ dlogits) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= a.tokens) return;
+  const float* pt = scores + t * a.experts;
+  const float* xt = extra ? extra + (extra_per_token ? t * a.experts : 0) : nullptr;
+  const int64_t* et = experts + t * a.top_k;
+  float sum = a.sigmoid ? 1e-20f : 0.f, dot = 0.f;
+  for (int j = 0; j < a.top_k; ++j) {
+    sum += pt[et[j]];
+    dot += dweights[t * a.top_k + j] * weights[t * a.top_k + j];
+  }
+  float g[kMaxTopK];
+  for (int j = 0; j < a.top_k; ++j) {
+    const float cdw = a.scaling * dweights[t * a.top_k + j];
+    g[j] = a.norm_topk_prob ? (cdw - dot) / sum : cdw;
+  }
+  auto dp = [&](int64_t e) {
+    float v = xt ? xt[e] : 0.f;
+    for (int j = 0; j < a.top_k; ++j) v += et[j] == e ? g[j] : 0.f;
+    return v;
+  };
+  float pdp = 0.f;
+  if (!a.sigmoid)
+    for (int64_t e = 0; e < a.experts; ++e) pdp += pt[e] * dp(e);
+  for (int64_t e = 0; e < a.experts; ++e) {
+    const float d = a.sigmoid ? dp(e) * pt[e] * (1.f - pt[e]) : pt[e] * (dp(e) - pdp);
+    dlogits[t * a.experts + e] = from_float<L>(d);
+  }
+}
+
+// Sort keys (the expert, or E for an id outside [0, E)) and values j*T + t,
+// in (j, t) order so that the stable sort keeps slot-then-token order.
+__global__ void sort_keys_kernel(const int64_t* __restrict__ experts, int64_t tokens, int64_t k,
+                                 int64_t num_experts, int32_t* __restrict__ keys, int32_t* __restrict__ values) {
+  const int64_t n = tokens * k;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = i / tokens, t = i % tokens;
+    const int64_t e = experts[t * k + j];
+    keys[i] = (e >= 0 && e < num_experts) ? int32_t(e) : int32_t(num_experts);
+    values[i] = int32_t(i);
+  }
+}
+
+__global__ void decode_rows_kernel(const int32_t* __restrict__ values, int64_t n, int64_t tokens,
+                                   int64_t* __restrict__ token_of_row, int64_t* __restrict__ slot_of_row) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    token_of_row[i] = values[i] % tokens;
+    slot_of_row[i] = values[i] / tokens;
+  }
+}
+
+// rows_per_expert[e] = (first sorted key > e) - (first sorted key >= e).
+__global__ void count_rows_kernel(const int32_t* __restrict__ sorted_keys, int64_t n, int64_t num_experts,
+                                  int64_t* __restrict__ rows_per_expert) {
+  auto lower_bound = [&](int64_t key) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (sorted_keys[mid] < key) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < num_experts;
+       e += int64_t(gridDim.x) * blockDim.x)
+    rows_per_expert[e] = lower_bound(e + 1) - lower_bound(e);
+}
+
+// kToRows: row_weights[i] = weights[t_i, j_i]; else dweights[t_i, j_i] = drow[i].
+template <bool kToRows>
+__global__ void row_pairs_kernel(const float* __restrict__ in, const int64_t* __restrict__ token_of_row,
+                                 const int64_t* __restrict__ slot_of_row, int64_t n, int64_t tokens, int64_t k,
+                                 float* __restrict__ out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = token_of_row[i], j = slot_of_row[i];
+    const bool valid = t >= 0 && t < tokens && j >= 0 && j < k;
+    if (kToRows) out[i] = valid ? in[t * k + j] : NAN;
+    else if (valid) out[t * k + j] = in[i];
+  }
+}
+
+// One block per expert: sums[e] = sum over t of scores[t, e], fp32.
+__global__ void score_sums_kernel(const float* __restrict__ scores, int64_t tokens, int64_t experts,
+                                  float* __restrict__ sums) {
+  __shared__ float scratch[32];
+  const int64_t e = blockIdx.x;
+  float acc = 0.f;
+  for (int64_t t = threadIdx.x; t < tokens; t += blockDim.x) acc += scores[t * experts + e];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) sums[e] = acc;
+}
+
+// ---- kernel launchers ---------------------------------------------------------------------
+
+RouterArgs router_args(const char* op, const Tensor& logits, const ops::MoeRouterConfig& cfg) {
+  BB_CHECK(cfg.top_k <= kMaxTopK, op, ": the CUDA router takes top_k up to ", kMaxTopK, ", got ", cfg.top_k);
+  BB_CHECK(cfg.num_groups <= kMaxGroups, op, ": the CUDA router takes up to ", kMaxGroups, " groups, got ",
+           cfg.num_groups);
+  return {logits.size(0), logits.size(1), cfg.top_k, cfg.num_groups, cfg.topk_groups,
+          cfg.score == ops::MoeScore::Sigmoid, cfg.norm_topk_prob, float(cfg.routed_scaling_factor)};
+}
+
+void check_f32(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> tensors) {
+  for (const auto& [t, name] : tensors) {
+    if (!t->defined()) continue;
+    check_cuda(*t, op, name);
+    check_dtype_in(*t, op, name, {DType::F32});
+  }
+}
+
+}  // namespace
+
+void moe_router_forward(const Tensor& logits, const ops::MoeRouterConfig& cfg, const Tensor& expert_bias,
+                        const Tensor& forced_experts, Tensor& scores, Tensor& experts, Tensor& weights) {
+  const char* op = "moe_router_forward";
+  check_cuda(logits, op, "logits");
+  check_f32(op, {{&scores, "scores"}, {&weights, "weights"}, {&expert_bias, "expert_bias"}});
+  const RouterArgs a = router_args(op, logits, cfg);
+  if (a.tokens == 0) return;
+  DeviceGuard guard(logits.device().index);
+  cudaStream_t stream = current_stream();
+  const float* bias = expert_bias.defined() ? expert_bias.data<float>() : nullptr;
+  const int64_t* forced = forced_experts.defined() ? forced_experts.data<int64_t>() : nullptr;
+  dispatch_activation(logits.dtype(), op, [&](auto tag) {
+    using L = decltype(tag);
+    router_forward_kernel<L><<<grid_for(a.tokens, kThreads), kThreads, 0, stream>>>(
+        static_cast<const L*>(logits.raw()), bias, forced, a, scores.data<float>(), experts.data<int64_t>(),
+        weights.data<float>());
+  });
+  CUDA_CHECK_LAUNCH(op);
+}
+
+void moe_router_backward(const Tensor& dweights, const Tensor& dscores_extra, const Tensor& logits,
+                         const Tensor& scores, const Tensor& experts, const Tensor& weights,
+                         const ops::MoeRouterConfig& cfg, Tensor& dlogits) {
+  const char* op = "moe_router_backward";
+  check_cuda(logits, op, "logits");
+  check_f32(op, {{&dweights, "dweights"}, {&dscores_extra, "dscores_extra"}, {&scores, "scores"},
+                 {&weights, "weights"}});
+  BB_CHECK(dlogits.dtype() == logits.dtype(), op, ": dlogits is ", dtype_name(dlogits.dtype()), " but logits is ",
+           dtype_name(logits.dtype()));
+  const RouterArgs a = router_args(op, logits, cfg);
+  if (a.tokens == 0) return;
+  DeviceGuard guard(logits.device().index);
+  cudaStream_t stream = current_stream();
+  const float* extra = dscores_extra.defined() ? dscores_extra.data<float>() : nullptr;
+  const bool per_token = dscores_extra.defined() && dscores_extra.dim() == 2;
+  dispatch_activation(dlogits.dtype(), op, [&](auto tag) {
+    using L = decltype(tag);
+    router_backward_kernel<L><<<grid_for(a.tokens, kThreads), kThreads, 0, stream>>>(
+        dweights.data<float>(), extra, per_token, scores.data<float>(), experts.data<int64_t>(),
+        weights.data<float>(), a, static_cast<L*>(dlogits.raw()));
+  });
+  CUDA_CHECK_LAUNCH(op);
+}
+
+void moe_sort_rows(const Tensor& experts, int64_t num_experts, Tensor& token_of_row, Tensor& slot_of_row,
+                   Tensor& rows_per_expert) {
+  const char* op = "moe_sort_rows";
+  check_cuda(experts, op, "experts");
+  const int64_t tokens = experts.size(0), k = experts.size(1), n = tokens * k;
+  BB_CHECK(n < std::numeric_limits<int32_t>::max() && num_experts < std::numeric_limits<int32_t>::max(), op,
+           ": the CUDA sort keys rows and experts with int32, got ", n, " rows and ", num_experts, " experts");
+  DeviceGuard guard(experts.device().index);
+  cudaStream_t stream = current_stream();
+  const Device dev = experts.device();
+  Tensor keys = Tensor::empty({n}, DType::I32, dev), values = Tensor::empty({n}, DType::I32, dev);
+  Tensor sorted_keys = Tensor::empty({n}, DType::I32, dev), sorted_values = Tensor::empty({n}, DType::I32, dev);
+  if (n > 0) {
+    sort_keys_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(experts.data<int64_t>(), tokens, k, num_experts,
+                                                                      keys.data<int32_t>(), values.data<int32_t>());
+    CUDA_CHECK_LAUNCH(op);
+    // Keys lie in [0, E]: sort only the bits that can be set.
+    int end_bit = 1;
+    while (end_bit < 31 && (int64_t(1) << end_bit) <= num_experts) ++end_bit;
+    size_t temp_bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys.data<int32_t>(), sorted_keys.data<int32_t>(),
+                                               values.data<int32_t>(), sorted_values.data<int32_t>(), n, 0, end_bit,
+                                               stream));
+    Tensor temp = Tensor::empty({int64_t(temp_bytes)}, DType::U8, dev);
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw(), temp_bytes, keys.data<int32_t>(),
+                                               sorted_keys.data<int32_t>(), values.data<int32_t>(),
+                                               sorted_values.data<int32_t>(), n, 0, end_bit, stream));
+    decode_rows_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        sorted_values.data<int32_t>(), n, tokens, token_of_row.data<int64_t>(), slot_of_row.data<int64_t>());
+    CUDA_CHECK_LAUNCH(op);
+  }
+  count_rows_kernel<<<grid_for(num_experts, kThreads), kThreads, 0, stream>>>(sorted_keys.data<int32_t>(), n,
+                                                                               num_experts,
+                                                                               rows_per_expert.data<int64_t>());
+  CUDA_CHECK_LAUNCH(op);
+}
+
+void moe_row_weights(const Tensor& weights, const Tensor& token_of_row, const Tensor& slot_of_row,
+                     Tensor& row_weights) {
+  const char* op = "moe_row_weights";
+  check_f32(op, {{&weights, "weights"}, {&row_weights, "row_weights"}});
+  const int64_t n = row_weights.numel();
+  if (n == 0) return;
+  DeviceGuard guard(weights.device().index);
+  row_pairs_kernel<true><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(
+      weights.data<float>(), token_of_row.data<int64_t>(), slot_of_row.data<int64_t>(), n, weights.size(0),
+      weights.size(1), row_weights.data<float>());
+  CUDA_CHECK_LAUNCH(op);
+}
+
+void moe_gather_row_grads(const Tensor& drow_weights, const Tensor& token_of_row, const Tensor& slot_of_row,
+                          Tensor& dweights) {
+  const char* op = "moe_gather_row_grads";
+  check_f32(op, {{&drow_weights, "drow_weights"}, {&dweights, "dweights"}});
+  DeviceGuard guard(dweights.device().index);
+  dweights.zero_();
+  const int64_t n = drow_weights.numel();
+  if (n == 0) return;
+  row_pairs_kernel<false><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(
+      drow_weights.data<float>(), token_of_row.data<int64_t>(), slot_of_row.data<int64_t>(), n, dweights.size(0),
+      dweights.size(1), dweights.data<float>());
+  CUDA_CHECK_LAUNCH(op);
+}
+
+void moe_score_sums(const Tensor& scores, Tensor& sums) {
+  const char* op = "moe_score_sums";
+  check_f32(op, {{&scores, "scores"}, {&sums, "sums"}});
+  const int64_t experts = scores.size(1);
+  if (experts == 0) return;
+  DeviceGuard guard(scores.device().index);
+  score_sums_kernel<<<int(experts), kThreads, 0, current_stream()>>>(scores.data<float>(), scores.size(0), experts,
+                                                                     sums.data<float>());
+  CUDA_CHECK_LAUNCH(op);
+}
+
+}  // namespace bb::cuda
