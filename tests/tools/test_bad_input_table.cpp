@@ -3,7 +3,8 @@
 // Every row runs under a timeout (no input may hang), and no row may exit 0
 // with a NaN loss. Covered: bare words, unknown keys, non-finite floats,
 // out-of-range ints, a directory given for a file, missing files, empty and
-// invalid tokens files, huge token ids, bad parallel sizes.
+// invalid tokens files, huge token ids, bad parallel sizes, context
+// parallelism where it cannot run.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -224,6 +225,18 @@ std::vector<Row> rows() {
        "world size 1 is not divisible by tp*cp*pp = 2"},
       {"correctness_tp_not_dividing_heads", "bb-correctness", kCorrectness + "backend.parallel.tp=3", 1,
        "num_attention_heads 4 is not divisible by tp 3", 3},
+
+      // Context parallelism where it cannot run: the ref backend (one rank), a
+      // model with experts, per-token outputs (logits), a world cp does not divide.
+      {"correctness_cp_with_ref_backend", "bb-correctness", kCorrectness + "backend=ref backend.parallel.cp=2", 1,
+       "backend=ref runs on one rank; backend.parallel.tp (1) and cp (2) must be 1"},
+      {"correctness_cp_with_experts", "bb-correctness",
+       "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_moe_experts tokens={fx}/tokens.json "
+       "backend.parallel.cp=2", 1, "backend.parallel.cp = 2 > 1 is implemented for dense models", 2},
+      {"correctness_cp_logits", "bb-correctness", kCorrectness + "backend.parallel.cp=2 logits_out={tmp}/l.bin", 1,
+       "logits with backend.parallel.cp = 2 > 1 are not implemented yet", 2},
+      {"correctness_cp_above_world_size", "bb-correctness", kCorrectness + "backend.parallel.cp=4", 1,
+       "world size 2 is not divisible by tp*cp*pp = 4", 2},
   };
   for (const char* key : kFloatKeys) {
     std::string name = std::string("correctness_nan_") + key;
