@@ -92,7 +92,8 @@ void check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, co
 
 // On the host the offsets can be read without a device sync, so a bad
 // cu_seqlens is caught here instead of becoming an out-of-bounds read.
-void check_cu_seqlens_host(const char* op, const Tensor& cu_seqlens, int64_t tokens, int64_t max_seqlen) {
+void check_cu_seqlens_host(const char* op, const Tensor& cu_seqlens, int64_t tokens, int64_t max_seqlen,
+                           const char* rows = "q") {
   const int32_t* cu = cu_seqlens.data<int32_t>();
   const int64_t n = cu_seqlens.numel();
   BB_CHECK(cu[0] == 0, op, ": cu_seqlens must start at 0, got ", cu[0]);
@@ -101,7 +102,7 @@ void check_cu_seqlens_host(const char* op, const Tensor& cu_seqlens, int64_t tok
     BB_CHECK(len >= 0, op, ": cu_seqlens decreases at index ", s + 1, " (", cu[s], " -> ", cu[s + 1], ")");
     BB_CHECK(len <= max_seqlen, op, ": sequence ", s, " has ", len, " tokens, more than max_seqlen ", max_seqlen);
   }
-  BB_CHECK(cu[n - 1] == tokens, op, ": cu_seqlens ends at ", cu[n - 1], " but q has ", tokens, " tokens");
+  BB_CHECK(cu[n - 1] == tokens, op, ": cu_seqlens ends at ", cu[n - 1], " but ", rows, " has ", tokens, " tokens");
 }
 
 }  // namespace
@@ -496,7 +497,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"}});
     check_cu_seqlens_host(op, spans.cu_seqlens_q, q.size(0), spans.max_seqlen_q);
-    check_cu_seqlens_host(op, spans.cu_seqlens_kv, k.size(0), spans.max_seqlen_kv);
+    check_cu_seqlens_host(op, spans.cu_seqlens_kv, k.size(0), spans.max_seqlen_kv, "k");
     BB_DISPATCH_CPU(attention_forward, q, k, v, spans, scale, out, lse);
   }
 #ifdef BB_WITH_CUDA
@@ -523,7 +524,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
     expect_cpu_same_float(op, {{q, "q"}, {dout, "dout"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
                                {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
     check_cu_seqlens_host(op, spans.cu_seqlens_q, q.size(0), spans.max_seqlen_q);
-    check_cu_seqlens_host(op, spans.cu_seqlens_kv, k.size(0), spans.max_seqlen_kv);
+    check_cu_seqlens_host(op, spans.cu_seqlens_kv, k.size(0), spans.max_seqlen_kv, "k");
     BB_DISPATCH_CPU(attention_backward, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
   }
 #ifdef BB_WITH_CUDA
