@@ -98,7 +98,8 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 // Causal aligns the diagonal bottom-right, as flash attention and cuDNN do:
 // query i of Lq sees keys j <= i + Lkv - Lq; None sees every key. A query row
 // that sees no key gets out 0 and lse -inf. The CPU op does every mode; the
-// CUDA backends do what they name in their error for the rest.
+// CUDA backends run plain causal self-attention (one cu_seqlens for q and kv,
+// Causal) and reject the rest with an error naming the backend and the mask.
 enum class AttentionMask { Causal, None };
 const char* attention_mask_name(AttentionMask mask);
 struct AttentionSpans {

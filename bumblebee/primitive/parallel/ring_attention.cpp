@@ -1,6 +1,7 @@
 // Ring attention forward and backward over the cp communicator.
 #include "bumblebee/primitive/parallel/ring_attention.h"
 
+#include <memory>
 #include <vector>
 
 #include "bumblebee/ops/ops.h"
