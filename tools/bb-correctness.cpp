@@ -127,7 +127,7 @@ nlohmann::json per_param_grad_norms(Runtime& rt, ModelHandle& h, double& total_s
       if (!p.requires_grad()) continue;   // frozen: no gradient
       if (!chunk->is_first_stage() && std::find(tied.begin(), tied.end(), &p) != tied.end()) continue;
       const bool expert = p.cls == ParamClass::Expert;
-      dist::Communicator& data = expert ? ps.edp() : ps.dp();
+      dist::Communicator& data = expert ? ps.edp() : ps.cp_size() > 1 ? ps.dp_cp() : ps.dp();   // who reduces it
       Tensor g = p.grad;
       if (data.size() > 1) {
         g = p.grad.clone();

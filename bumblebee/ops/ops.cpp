@@ -12,6 +12,7 @@
 #include <initializer_list>
 
 #include "bumblebee/ops/cpu/cpu_ops.h"
+#include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/op_profile.h"
 
 #ifdef BB_WITH_CUDA
@@ -91,7 +92,8 @@ void check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, co
 
 // On the host the offsets can be read without a device sync, so a bad
 // cu_seqlens is caught here instead of becoming an out-of-bounds read.
-void check_cu_seqlens_host(const char* op, const Tensor& cu_seqlens, int64_t tokens, int64_t max_seqlen) {
+void check_cu_seqlens_host(const char* op, const Tensor& cu_seqlens, int64_t tokens, int64_t max_seqlen,
+                           const char* rows = "q") {
   const int32_t* cu = cu_seqlens.data<int32_t>();
   const int64_t n = cu_seqlens.numel();
   BB_CHECK(cu[0] == 0, op, ": cu_seqlens must start at 0, got ", cu[0]);
@@ -100,7 +102,7 @@ void check_cu_seqlens_host(const char* op, const Tensor& cu_seqlens, int64_t tok
     BB_CHECK(len >= 0, op, ": cu_seqlens decreases at index ", s + 1, " (", cu[s], " -> ", cu[s + 1], ")");
     BB_CHECK(len <= max_seqlen, op, ": sequence ", s, " has ", len, " tokens, more than max_seqlen ", max_seqlen);
   }
-  BB_CHECK(cu[n - 1] == tokens, op, ": cu_seqlens ends at ", cu[n - 1], " but q has ", tokens, " tokens");
+  BB_CHECK(cu[n - 1] == tokens, op, ": cu_seqlens ends at ", cu[n - 1], " but ", rows, " has ", tokens, " tokens");
 }
 
 }  // namespace
@@ -476,6 +478,51 @@ void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_u
 
 // ---- attention ----------------------------------------------------------------------------------------
 
+namespace {
+
+// The spans of plain causal self-attention: every sequence against itself.
+AttentionSpans self_spans(const Tensor& cu_seqlens, int64_t max_seqlen) {
+  return {cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, AttentionMask::Causal};
+}
+
+bool is_self_attention(const AttentionSpans& spans) {
+  return spans.mask == AttentionMask::Causal && spans.cu_seqlens_q.raw() == spans.cu_seqlens_kv.raw() &&
+         spans.max_seqlen_q == spans.max_seqlen_kv;
+}
+
+void check_spans(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpans& spans) {
+  expect_dim(op, q, "q", 3);
+  expect_dim(op, k, "k", 3);
+  const int64_t heads_q = q.size(1), heads_kv = k.size(1), head_dim = q.size(2);
+  expect_shape(op, k, "k", {k.size(0), heads_kv, head_dim});
+  expect_shape(op, v, "v", k.shape());
+  BB_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, op, ": query heads (", heads_q,
+           ") must be a multiple of key/value heads (", heads_kv, ")");
+  for (auto [cu, name] : {std::pair{&spans.cu_seqlens_q, "cu_seqlens_q"}, {&spans.cu_seqlens_kv, "cu_seqlens_kv"}}) {
+    expect_dim(op, *cu, name, 1);
+    BB_CHECK(cu->numel() >= 1, op, ": ", name, " needs at least one offset (the leading 0)");
+    BB_CHECK(cu->dtype() == DType::I32, op, ": ", name, " must be int32, got ", dtype_name(cu->dtype()));
+  }
+  BB_CHECK(spans.cu_seqlens_q.numel() == spans.cu_seqlens_kv.numel(), op, ": cu_seqlens_q has ",
+           spans.cu_seqlens_q.numel() - 1, " sequences but cu_seqlens_kv ", spans.cu_seqlens_kv.numel() - 1);
+  BB_CHECK(spans.max_seqlen_q >= 0 && spans.max_seqlen_kv >= 0, op, ": max_seqlen_q ", spans.max_seqlen_q,
+           " or max_seqlen_kv ", spans.max_seqlen_kv, " is negative");
+}
+
+// The CUDA backends run plain causal self-attention; ring attention's other
+// steps need a backend that takes separate q / kv ranges and a full mask.
+[[maybe_unused]] void check_cuda_can_do(const char* op, const AttentionSpans& spans) {
+  const AttentionBackend b = attention_backend();
+  BB_CHECK(is_self_attention(spans), op, ": the CUDA attention backend '",
+           b == AttentionBackend::Flash ? "flash" : b == AttentionBackend::Cudnn ? "cudnn" : "auto",
+           "' cannot do partial attention (mask ", attention_mask_name(spans.mask),
+           ", separate cu_seqlens_q / cu_seqlens_kv), which context parallelism needs; run cp > 1 on the CPU");
+}
+
+}  // namespace
+
+const char* attention_mask_name(AttentionMask mask) { return mask == AttentionMask::Causal ? "causal" : "none"; }
+
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                        int64_t max_seqlen, double scale, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
@@ -487,7 +534,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"}});
     check_cu_seqlens_host(op, cu_seqlens, q.size(0), max_seqlen);
-    BB_DISPATCH_CPU(attention_forward, q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
+    BB_DISPATCH_CPU(attention_forward, q, k, v, self_spans(cu_seqlens, max_seqlen), scale, out, lse);
   }
   BB_DISPATCH_CUDA(attention_forward, q, k, v, cu_seqlens, max_seqlen, scale, out, lse);
 }
@@ -509,9 +556,73 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
     expect_cpu_same_float(op, {{q, "q"}, {dout, "dout"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
                                {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
     check_cu_seqlens_host(op, cu_seqlens, q.size(0), max_seqlen);
-    BB_DISPATCH_CPU(attention_backward, dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
+    BB_DISPATCH_CPU(attention_backward, dout, q, k, v, out, lse, self_spans(cu_seqlens, max_seqlen), scale, dq, dk,
+                    dv);
   }
   BB_DISPATCH_CUDA(attention_backward, dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, dq, dk, dv);
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpans& spans, double scale,
+                       Tensor& out, Tensor& lse) {
+  const char* op = "attention_forward";
+  const Device dev = common_device(op, {{q, "q"}, {k, "k"}, {v, "v"}, {spans.cu_seqlens_q, "cu_seqlens_q"},
+                                        {spans.cu_seqlens_kv, "cu_seqlens_kv"}, {out, "out"}, {lse, "lse"}});
+  check_spans(op, q, k, v, spans);
+  expect_shape(op, out, "out", q.shape());
+  expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"}});
+    check_cu_seqlens_host(op, spans.cu_seqlens_q, q.size(0), spans.max_seqlen_q);
+    check_cu_seqlens_host(op, spans.cu_seqlens_kv, k.size(0), spans.max_seqlen_kv, "k");
+    BB_DISPATCH_CPU(attention_forward, q, k, v, spans, scale, out, lse);
+  }
+#ifdef BB_WITH_CUDA
+  check_cuda_can_do(op, spans);
+#endif
+  BB_DISPATCH_CUDA(attention_forward, q, k, v, spans.cu_seqlens_q, spans.max_seqlen_q, scale, out, lse);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk,
+                        Tensor& dv) {
+  const char* op = "attention_backward";
+  const Device dev = common_device(op, {{dout, "dout"}, {q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
+                                        {spans.cu_seqlens_q, "cu_seqlens_q"}, {spans.cu_seqlens_kv, "cu_seqlens_kv"},
+                                        {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
+  check_spans(op, q, k, v, spans);
+  expect_shape(op, dout, "dout", q.shape());
+  expect_shape(op, out, "out", q.shape());
+  expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
+  expect_shape(op, dq, "dq", q.shape());
+  expect_shape(op, dk, "dk", k.shape());
+  expect_shape(op, dv, "dv", v.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{q, "q"}, {dout, "dout"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
+                               {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
+    check_cu_seqlens_host(op, spans.cu_seqlens_q, q.size(0), spans.max_seqlen_q);
+    check_cu_seqlens_host(op, spans.cu_seqlens_kv, k.size(0), spans.max_seqlen_kv, "k");
+    BB_DISPATCH_CPU(attention_backward, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+  }
+#ifdef BB_WITH_CUDA
+  check_cuda_can_do(op, spans);
+#endif
+  BB_DISPATCH_CUDA(attention_backward, dout, q, k, v, out, lse, spans.cu_seqlens_q, spans.max_seqlen_q, scale, dq, dk,
+                   dv);
+}
+
+void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Tensor& part_lse) {
+  const char* op = "attention_merge";
+  const Device dev =
+      common_device(op, {{out, "out"}, {lse, "lse"}, {part_out, "part_out"}, {part_lse, "part_lse"}});
+  expect_dim(op, out, "out", 3);
+  expect_shape(op, part_out, "part_out", out.shape());
+  expect_shape(op, lse, "lse", {out.size(0), out.size(1)});
+  expect_shape(op, part_lse, "part_lse", lse.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{out, "out"}, {lse, "lse"}, {part_out, "part_out"}, {part_lse, "part_lse"}});
+    BB_DISPATCH_CPU(attention_merge, out, lse, part_out, part_lse);
+  }
+  BB_DISPATCH_CUDA(attention_merge, out, lse, part_out, part_lse);
 }
 
 // ---- cross entropy --------------------------------------------------------------------------------------

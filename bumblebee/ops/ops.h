@@ -114,6 +114,34 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, double scale, Tensor& dq,
                         Tensor& dk, Tensor& dv);
 
+// Partial attention, the step of ring attention (context parallelism): query
+// sequence s (rows cu_seqlens_q[s] .. cu_seqlens_q[s+1] of q [Tq, Hq, D])
+// against key/value sequence s (rows of cu_seqlens_kv in k, v [Tkv, Hkv, D]).
+// Causal aligns the diagonal bottom-right, as flash attention and cuDNN do:
+// query i of Lq sees keys j <= i + Lkv - Lq; None sees every key. A query row
+// that sees no key gets out 0 and lse -inf. The CPU op does every mode; the
+// CUDA backends run plain causal self-attention (one cu_seqlens for q and kv,
+// Causal) and reject the rest with an error naming the backend and the mask.
+enum class AttentionMask { Causal, None };
+const char* attention_mask_name(AttentionMask mask);
+struct AttentionSpans {
+  Tensor cu_seqlens_q, cu_seqlens_kv;   // [S+1] int32 each, on the device of q
+  int64_t max_seqlen_q = 0, max_seqlen_kv = 0;
+  AttentionMask mask = AttentionMask::Causal;
+};
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpans& spans, double scale,
+                       Tensor& out, Tensor& lse);
+// out and lse are the final (merged) ones: the softmax a partial backward
+// differentiates is the whole row's, as in ring attention.
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk,
+                        Tensor& dv);
+// Folds a partial attention into a running one, row by row (out [T, H, D],
+// lse [T, H]): lse' = log(exp(lse) + exp(part_lse)),
+// out = exp(lse - lse') out + exp(part_lse - lse') part_out. A row whose both
+// lse are -inf keeps out and lse.
+void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Tensor& part_lse);
+
 // ---- cross entropy, in vocab-parallel pieces --------------------------------------
 // logits [N, V_local] hold columns [vocab_start, vocab_start + V_local) of the
 // full vocabulary; labels [N] are global ids (any value for masked rows).

@@ -67,11 +67,11 @@ void check_backend(const RuntimeConfig& cfg) {
   const ParallelConfig& p = cfg.backend_cfg.parallel;
   for (auto [v, name] : {std::pair{p.tp, "tp"}, {p.pp, "pp"}, {p.cp, "cp"}, {p.ep, "ep"}, {p.vpp, "vpp"}})
     BB_CHECK(v >= 1, "backend.parallel.", name, " must be >= 1, got ", v);
-  BB_CHECK(p.cp == 1, "context parallelism (cp) is not implemented yet");
   BB_CHECK(p.etp == 0 || p.etp == 1 || p.etp == p.tp, "expert tensor parallelism (backend.parallel.etp = ", p.etp,
            ") is not implemented yet; use etp = 1");
   if (b == "ref") {
-    BB_CHECK(p.tp == 1, "backend=ref runs on one rank; backend.parallel.tp must be 1");
+    BB_CHECK(p.tp == 1 && p.cp == 1, "backend=ref runs on one rank; backend.parallel.tp (", p.tp, ") and cp (", p.cp,
+             ") must be 1");
     BB_CHECK(Device::parse(cfg.backend_cfg.device).is_cpu(), "backend=ref runs on the CPU; use backend=bb for device=",
              cfg.backend_cfg.device);
   }
@@ -179,6 +179,15 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
     BB_CHECK(experts, "backend.parallel.ep = ", bcfg.parallel.ep, " > 1 needs a model with experts; model '",
              model_cfg.value("model_type", std::string("?")), "' has none");
   }
+  if (bcfg.parallel.cp > 1) {
+    // The MoE router statistics (aux loss, capacity) are per microbatch: under
+    // cp each rank would see only its chunks, so cp is for dense models.
+    for (auto& chunk : st->chunks)
+      for (const Parameter& prm : chunk->params().params())
+        BB_CHECK(prm.cls != ParamClass::Expert, "backend.parallel.cp = ", bcfg.parallel.cp,
+                 " > 1 is implemented for dense models; model '", model_cfg.value("model_type", std::string("?")),
+                 "' has experts");
+  }
   // Each chunk loads only its own tensors; a tied embedding's copy on the
   // last stage loads (or initialises) to the same values as the first stage's.
   if (bcfg.load_hf_weights) {
@@ -232,15 +241,21 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   ModelChunk& model = *st.chunks.front();
   const bool pipelined = parallel_->pp_size() > 1;
   const DType loss_dt = stat_dtype(model.params().param_dtype());
+  const bool host_outputs = bool(loss_fn) || forward_only;
+  const ContextSplit cp{parallel_->cp_size(), parallel_->cp_rank()};
+  BB_CHECK(cp.size == 1 || !host_outputs, "backend.parallel.cp = ", cp.size,
+           " > 1 supports the built-in loss of a training step; per-token outputs (a custom loss_fn or a "
+           "forward-only call) are not implemented with context parallelism yet");
   const std::vector<PackedBatch> mbs = split_microbatches(data, num_microbatches);
   std::vector<PreparedMicroBatch> prepared;
   double local_tokens = 0;
   for (const PackedBatch& mb : mbs) {
-    prepared.push_back(prepare_microbatch(mb, model.vocab_size(), parallel_->tp_size(), device_, loss_dt));
-    local_tokens += prepared.back().loss_tokens;
+    prepared.push_back(prepare_microbatch(mb, model.vocab_size(), parallel_->tp_size(), device_, loss_dt, cp));
+    local_tokens += prepared.back().microbatch_loss_tokens;
   }
   // The built-in loss is the mean over every loss token of the global batch,
-  // so any split over microbatches and dp ranks gives the same gradients.
+  // so any split over microbatches and dp ranks gives the same gradients. The
+  // cp ranks of a dp rank share its microbatches, which count once.
   const double global_tokens = parallel_->dp().all_reduce_scalar(local_tokens);
   for (PreparedMicroBatch& pm : prepared)
     pm.device.aux_loss_weight = global_tokens > 0 ? pm.loss_tokens / global_tokens : 0.0;
@@ -252,7 +267,6 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   // until the one host read after the schedule. A custom loss (and a
   // forward-only call, which returns per-token log-probs) reads each
   // microbatch's per-token loss on the host.
-  const bool host_outputs = bool(loss_fn) || forward_only;
   Tensor loss_sums = Tensor::zeros({int64_t(mbs.size())}, DType::F64, device_);
   double local_loss_sum = 0;
   ScheduleHooks hooks;
@@ -346,9 +360,10 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   if (!forward_only) opt.check_all_reported();
 
   if (!host_outputs) {
+    if (cp.size > 1) parallel_->cp().all_reduce(loss_sums);   // each cp rank summed its own chunks
     const std::vector<double> sums = loss_sums.to_doubles();   // the step's one host sync for the loss
     for (size_t i = 0; i < sums.size(); ++i) {
-      const double tokens = prepared[i].loss_tokens;
+      const double tokens = prepared[i].microbatch_loss_tokens;
       result.model_output[i].loss = tokens > 0 ? sums[i] / tokens : 0.0;
       result.metrics["loss"].push_back(result.model_output[i].loss);
       local_loss_sum += sums[i];
@@ -387,6 +402,8 @@ double Runtime::lr_scheduler_step(ModelHandle& h) {
 }
 
 Tensor Runtime::logits(ModelHandle& h, const PackedBatch& data) {
+  BB_CHECK(parallel_->cp_size() == 1, "logits with backend.parallel.cp = ", parallel_->cp_size(),
+           " > 1 are not implemented yet (each cp rank holds only its chunks of every sequence)");
   PreparedMicroBatch pm = prepare_microbatch(data, h.model().vocab_size(), parallel_->tp_size(), device_,
                                              stat_dtype(h.model().params().param_dtype()));
   return h.model().logits(pm.device).narrow(0, pm.real_tokens);

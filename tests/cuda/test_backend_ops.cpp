@@ -27,6 +27,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bumblebee/core/device_memory.h"
@@ -628,6 +629,25 @@ void attention_cases(std::vector<Case>& cases) {
   }
 }
 
+// The log-sum-exp merge of ring attention on random partials; in a few rows
+// one side saw no key (lse -inf), so the other side passes through.
+void attention_merge_cases(std::vector<Case>& cases) {
+  for (auto [rows, heads, d] : {std::tuple<int64_t, int64_t, int64_t>{37, 4, 64}, {300, 8, 128}, {5, 2, 12}}) {
+    const std::string shape = fmt("T=%lld H=%lld D=%lld bf16, lse f32", (long long)rows, (long long)heads, (long long)d);
+    cases.push_back({"attention_merge", shape, [=](Generator& gen) {
+                       Pair out = random_pair(gen, {rows, heads, d}, DType::BF16);
+                       Pair part = random_pair(gen, {rows, heads, d}, DType::BF16);
+                       Pair lse = random_pair_with(gen, {rows, heads}, DType::F32,
+                                                   [](std::vector<double>& v) { v[0] = -INFINITY; });
+                       Pair part_lse = random_pair_with(gen, {rows, heads}, DType::F32,
+                                                        [](std::vector<double>& v) { v[1] = -INFINITY; });
+                       cuda::attention_merge(out.gpu, lse.gpu, part.gpu, part_lse.gpu);
+                       ops::attention_merge(out.cpu, lse.cpu, part.cpu, part_lse.cpu);
+                       return std::vector<Check>{compare("out", out, kBf16Bound), compare("lse", lse, kF32Bound)};
+                     }});
+  }
+}
+
 // A routing of T tokens to k distinct experts each, drawn from the first
 // `used` of E experts (the rest get zero rows), as the rows the dispatcher
 // makes: sorted by expert, token_of_row naming each row's token. With
@@ -874,6 +894,7 @@ std::vector<Case> all_cases() {
   rope_cases(cases);
   swiglu_cases(cases);
   cross_entropy_cases(cases);
+  attention_merge_cases(cases);
   adamw_cases(cases);
   attention_cases(cases);
   moe_cases(cases);

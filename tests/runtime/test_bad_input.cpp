@@ -199,7 +199,8 @@ TEST_F(BrokenFixture, LaterFeaturesAreClearErrors) {
       // Pipeline parallelism exists; what one rank cannot hold is an error naming the numbers.
       {[](BBConfig& b) { b.parallel.vpp = 2; }, "vpp = 2 > 1 needs pp > 1"},
       {[](BBConfig& b) { b.parallel.pp_layout = "E,t|t,L"; }, "pp_layout 'E,t|t,L' has 2 stages, but pp * vpp = 1"},
-      {[](BBConfig& b) { b.parallel.cp = 2; }, "context parallelism (cp) is not implemented yet"},
+      // One rank cannot hold cp = 2 (cp runs: tests/tools/test_context_parallel_parity.cpp).
+      {[](BBConfig& b) { b.parallel.cp = 2; }, "world size 1 is not divisible by tp*cp*pp = 2 (tp 1, cp 2, pp 1)"},
       // One rank cannot hold ep = 2 (a dense model with ep > 1 on ranks that can: tests/tools/test_expert_parallel_parity.cpp).
       {[](BBConfig& b) { b.parallel.ep = 2; }, "is not divisible by etp*ep = 2 (etp 1, ep 2)"},
       {[](BBConfig& b) { b.parallel.etp = 2; }, "expert tensor parallelism (backend.parallel.etp = 2) is not implemented yet"},

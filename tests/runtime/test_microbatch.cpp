@@ -147,3 +147,73 @@ TEST(PrepareMicrobatch, BadInputsAreErrors) {
   mb.seq_lens = {3};
   EXPECT_THROW(bb::prepare_microbatch(mb, 8, 0, bb::Device::cpu(), bb::DType::F64), bb::Error);  // pad multiple must be >= 1
 }
+
+TEST(ZigzagTokenOrder, RankRHoldsChunksRAndTheirMirror) {
+  // Two sequences of lengths 8 and 4 over cp = 2: chunks of 2 and 1 tokens.
+  const std::vector<int32_t> cu{0, 8, 12};
+  EXPECT_EQ(bb::zigzag_token_order(cu, 2, 0), (std::vector<int64_t>{0, 1, 8, 6, 7, 11}));
+  EXPECT_EQ(bb::zigzag_token_order(cu, 2, 1), (std::vector<int64_t>{2, 3, 9, 4, 5, 10}));
+  // cp = 1: the halves of every sequence, the first halves first.
+  EXPECT_EQ(bb::zigzag_token_order(cu, 1, 0), (std::vector<int64_t>{0, 1, 2, 3, 8, 9, 4, 5, 6, 7, 10, 11}));
+  // Every token lands on exactly one rank.
+  const std::vector<int32_t> cu4{0, 16, 24};
+  std::vector<int> seen(24, 0);
+  for (int r = 0; r < 4; ++r)
+    for (int64_t t : bb::zigzag_token_order(cu4, 4, r)) ++seen[size_t(t)];
+  EXPECT_EQ(seen, std::vector<int>(24, 1));
+}
+
+TEST(ZigzagTokenOrder, SequencesThatCannotBeSplitAreErrors) {
+  try {
+    bb::zigzag_token_order({0, 8, 14}, 2, 0);
+    FAIL() << "a sequence of 6 tokens cannot be cut into 4 chunks";
+  } catch (const bb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence 1 of length 6 cannot be split into 2 x cp = 4"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(bb::zigzag_token_order({0, 4}, 2, 2), bb::Error);   // rank outside cp
+}
+
+TEST(PrepareMicrobatch, ContextParallelPadsEachSequenceAndSplitsZigzag) {
+  PackedBatch mb;
+  mb.input_ids = {10, 11, 12, 20, 21, 22, 23, 24};
+  mb.loss_mask = {1, 1, 1, 1, 1, 0.5, 1, 1};
+  mb.seq_lens = {3, 5};   // padded to 4 and 8 for cp = 2: chunks of 1 and 2
+  std::vector<double> all_mask;
+  double microbatch_tokens = 0;
+  for (int r = 0; r < 2; ++r) {
+    const PreparedMicroBatch p = bb::prepare_microbatch(mb, 64, 1, bb::Device::cpu(), bb::DType::F64, {2, r});
+    EXPECT_EQ(p.device.num_tokens, 6);
+    EXPECT_EQ(p.real_tokens, 8);
+    EXPECT_EQ(values(p.device.seq.cu_seqlens), (std::vector<double>{0, 1, 3}));
+    EXPECT_EQ(p.device.seq.max_seqlen, 2);
+    if (r == 0) {
+      // Padded sequences: [10 11 12 _] [20 21 22 23 24 _ _ _]; rank 0 keeps chunks 0 and 3.
+      EXPECT_EQ(values(p.device.input_ids), (std::vector<double>{10, 20, 21, 0, 0, 0}));
+      EXPECT_EQ(values(p.device.labels), (std::vector<double>{11, 21, 22, 0, 0, 0}));
+      EXPECT_EQ(values(p.device.seq.position_ids), (std::vector<double>{0, 0, 1, 3, 6, 7}));
+      EXPECT_EQ(p.loss_mask, (std::vector<double>{1, 1, 0.5, 0, 0, 0}));
+      EXPECT_EQ(p.has_label, (std::vector<bool>{true, true, true, false, false, false}));
+    } else {
+      EXPECT_EQ(values(p.device.input_ids), (std::vector<double>{11, 22, 23, 12, 24, 0}));
+      EXPECT_EQ(values(p.device.labels), (std::vector<double>{12, 23, 24, 0, 0, 0}));
+      EXPECT_EQ(values(p.device.seq.position_ids), (std::vector<double>{1, 2, 3, 2, 4, 5}));
+      EXPECT_EQ(p.loss_mask, (std::vector<double>{1, 1, 1, 0, 0, 0}));
+    }
+    all_mask.push_back(p.loss_tokens);
+    microbatch_tokens = p.microbatch_loss_tokens;
+  }
+  // The loss tokens of the two ranks add up to the microbatch's, counted once.
+  EXPECT_EQ(all_mask[0] + all_mask[1], 5.5);
+  EXPECT_EQ(microbatch_tokens, 5.5);
+}
+
+TEST(PrepareMicrobatch, ContextParallelWithTpPadsToTwiceCpTimesTp) {
+  PackedBatch mb;
+  mb.input_ids = {1, 2, 3, 4, 5};
+  mb.seq_lens = {5};
+  const PreparedMicroBatch p = bb::prepare_microbatch(mb, 8, 2, bb::Device::cpu(), bb::DType::F64, {2, 1});
+  EXPECT_EQ(p.device.num_tokens, 4);   // 5 padded to 8 = 2 x cp x tp, a quarter per chunk pair
+  EXPECT_EQ(values(p.device.input_ids), (std::vector<double>{3, 4, 5, 0}));
+  EXPECT_EQ(values(p.device.seq.cu_seqlens), (std::vector<double>{0, 2}));
+}

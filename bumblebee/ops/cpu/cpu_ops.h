@@ -55,11 +55,12 @@ void swiglu_forward(const Tensor& gate_up, Tensor& out);
 void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_up);
 
 // attention.cpp
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                       int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
+                       double scale, Tensor& out, Tensor& lse);
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, double scale, Tensor& dq,
-                        Tensor& dk, Tensor& dv);
+                        const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk,
+                        Tensor& dv);
+void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Tensor& part_lse);
 
 // cross_entropy.cpp
 void logits_row_max(const Tensor& logits, Tensor& row_max);

@@ -79,6 +79,9 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, double scale, Tensor& dq,
                         Tensor& dk, Tensor& dv);
 
+// attention_merge.cu. out and part_out bfloat16, lse and part_lse float32.
+void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Tensor& part_lse);
+
 // cross_entropy.cu. logits/dlogits bfloat16 or float32; statistics and dloss float32.
 void logits_row_max(const Tensor& logits, Tensor& row_max);
 void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Tensor& labels, int64_t vocab_start,

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/parallel/ring_attention.h"
 
 namespace bb {
 
@@ -18,6 +19,7 @@ SelfAttention::SelfAttention(ParamStore& store, const std::string& prefix, const
                              ParallelContext& pc, const Tensor& inv_freq)
     : cfg_(cfg),
       tp_(&pc.tp()),
+      cp_(&pc.cp()),
       heads_local_(heads_per_rank(cfg.num_heads, pc.tp().size(), "num_attention_heads")),
       kv_heads_local_(heads_per_rank(cfg.num_kv_heads, pc.tp().size(), "num_key_value_heads")),
       q_proj_(store, prefix + "q_proj.weight", cfg.hidden, cfg.num_heads * cfg.head_dim, pc.tp()),
@@ -49,28 +51,40 @@ Tensor SelfAttention::forward(const Tensor& x, const SequenceLayout& seq, Saved&
   s.k = Tensor::empty(k.shape(), k.dtype(), k.device());
   ops::rope_forward(q, seq.position_ids, inv_freq_, s.q);
   ops::rope_forward(k, seq.position_ids, inv_freq_, s.k);
-  s.out = Tensor::empty({T, heads_local_, D}, x.dtype(), x.device());
-  s.lse = Tensor::empty({T, heads_local_}, stat_dtype(x.dtype()), x.device());
-  ops::attention_forward(s.q, s.k, s.v, seq.cu_seqlens, seq.max_seqlen, 1.0 / std::sqrt(double(D)), s.out, s.lse);
+  core_attention(seq, s);
   Tensor y = o_proj_.forward(s.out.view({T, heads_local_ * D}));
   if (cfg_.recompute_core_attention) s.out = s.lse = Tensor();
   return y;
 }
 
+// out and lse of q, k, v: plain causal attention, or ring attention over cp.
+void SelfAttention::core_attention(const SequenceLayout& seq, Saved& s) {
+  const int64_t T = s.q.size(0), D = cfg_.head_dim;
+  s.out = Tensor::empty({T, heads_local_, D}, s.q.dtype(), s.q.device());
+  s.lse = Tensor::empty({T, heads_local_}, stat_dtype(s.q.dtype()), s.q.device());
+  const double scale = 1.0 / std::sqrt(double(D));
+  if (cp_->size() > 1) {
+    ring_attention_forward(s.q, s.k, s.v, {seq.cu_seqlens, seq.max_seqlen}, scale, *cp_, s.out, s.lse);
+  } else {
+    ops::attention_forward(s.q, s.k, s.v, seq.cu_seqlens, seq.max_seqlen, scale, s.out, s.lse);
+  }
+}
+
 Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, Saved& s) {
   const int64_t D = cfg_.head_dim;
   const int64_t T = s.x_full.size(0);
-  if (!s.out.defined()) {   // selective recompute
-    s.out = Tensor::empty({T, heads_local_, D}, dy.dtype(), dy.device());
-    s.lse = Tensor::empty({T, heads_local_}, stat_dtype(dy.dtype()), dy.device());
-    ops::attention_forward(s.q, s.k, s.v, seq.cu_seqlens, seq.max_seqlen, 1.0 / std::sqrt(double(D)), s.out, s.lse);
-  }
+  if (!s.out.defined()) core_attention(seq, s);   // selective recompute
   Tensor d_out = o_proj_.backward(dy, s.out.view({T, heads_local_ * D})).view({T, heads_local_, D});
   Tensor dq = Tensor::empty(s.q.shape(), dy.dtype(), dy.device());
   Tensor dk = Tensor::empty(s.k.shape(), dy.dtype(), dy.device());
   Tensor dv = Tensor::empty(s.v.shape(), dy.dtype(), dy.device());
-  ops::attention_backward(d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.max_seqlen,
-                          1.0 / std::sqrt(double(D)), dq, dk, dv);
+  const double scale = 1.0 / std::sqrt(double(D));
+  if (cp_->size() > 1) {
+    ring_attention_backward(d_out, s.q, s.k, s.v, s.out, s.lse, {seq.cu_seqlens, seq.max_seqlen}, scale, *cp_, dq,
+                            dk, dv);
+  } else {
+    ops::attention_backward(d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.max_seqlen, scale, dq, dk, dv);
+  }
   ops::rope_backward(dq, seq.position_ids, inv_freq_, dq);
   ops::rope_backward(dk, seq.position_ids, inv_freq_, dk);
   if (cfg_.qk_norm) {

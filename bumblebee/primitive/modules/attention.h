@@ -3,7 +3,9 @@
 // sequences, and the row-parallel output projection.
 //
 // Heads are split over tp ranks: rank r holds query heads [r*Hq/tp, ...) and
-// the kv heads they read, so GQA groups never straddle ranks.
+// the kv heads they read, so GQA groups never straddle ranks. With cp > 1 the
+// tokens are zigzag chunks of every sequence and the core attention is ring
+// attention over the cp group (primitive/parallel/ring_attention.h).
 #pragma once
 
 #include <memory>
@@ -40,11 +42,14 @@ class SelfAttention {
  private:
   AttentionConfig cfg_;
   TensorParallel* tp_;
+  dist::Communicator* cp_;
   int64_t heads_local_, kv_heads_local_;
   ColumnParallelLinear q_proj_, k_proj_, v_proj_;
   RowParallelLinear o_proj_;
   std::optional<RMSNorm> q_norm_, k_norm_;
   Tensor inv_freq_;
+
+  void core_attention(const SequenceLayout& seq, Saved& s);
 };
 
 }  // namespace bb

@@ -21,6 +21,10 @@ namespace bb {
 class RouterAuxLoss;   // primitive/modules/moe/router_aux_loss.h
 
 // Per-microbatch inputs shared by every layer: positions and sequence layout.
+// With context parallelism (cp > 1) the T local tokens are two halves, chunk
+// r of every sequence then chunk 2cp-1-r of every sequence (the zigzag split,
+// runtime/microbatch.h), and cu_seqlens holds the offsets of each sequence's
+// chunk within one half (cu_seqlens[S] = T / 2), max_seqlen the longest chunk.
 struct SequenceLayout {
   Tensor position_ids;   // [T] int64 on the compute device
   Tensor cu_seqlens;     // [S+1] int32 on the compute device
