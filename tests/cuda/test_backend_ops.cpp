@@ -940,6 +940,9 @@ void moe_router_cases(std::vector<Case>& cases) {
                                               : Pair{};
                        Pair scores = output_pair(te, DType::F32), weights = output_pair(tk, DType::F32);
                        Pair experts = index_pair(std::vector<double>(size_t(r.tokens * r.topk), -1.0), DType::I64);
+                       // The router takes expert ids as [T, k]; index_pair makes them flat.
+                       for (Pair* ids : {&forced, &experts})
+                         if (ids->cpu.defined()) *ids = Pair{ids->gpu.view(tk), ids->cpu.view(tk)};
                        cuda::moe_router_forward(logits.gpu, cfg, bias.gpu, forced.gpu, scores.gpu, experts.gpu,
                                                 weights.gpu);
                        ops::moe_router_forward(logits.cpu, cfg, bias.cpu, forced.cpu, scores.cpu, experts.cpu,
