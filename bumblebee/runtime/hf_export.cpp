@@ -3,6 +3,7 @@
 // stage and a shard writer on world rank 0 (docs/checkpoints.md).
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "bumblebee/primitive/ckpt/hf_checkpoint_writer.h"
 #include "bumblebee/runtime/model_state.h"
@@ -87,15 +88,24 @@ void Runtime::write_hf_model(ModelHandle& h, const std::string& dir, const std::
   if (how == "fp32") fixed = DType::F32;
   // export.dtype=source: each tensor in the dtype hf_path stores it in (a
   // round trip is then bit-identical); the parameter dtype for tensors it lacks.
+  // A tensor the source stores otherwise (a fused expert's slice) takes the
+  // dtype most of the source's tensors have.
   std::optional<HFCheckpoint> source;
-  if (writer_rank && how == "source" && has_safetensors(cfg_.hf_path)) source = HFCheckpoint::open(cfg_.hf_path);
+  std::optional<DType> source_default;
+  if (writer_rank && how == "source" && has_safetensors(cfg_.hf_path)) {
+    source = HFCheckpoint::open(cfg_.hf_path);
+    std::map<DType, size_t> count;
+    for (const std::string& name : source->names()) ++count[source->dtype(name)];
+    for (const auto& [dt, n] : count)
+      if (!source_default || n > count[*source_default]) source_default = dt;
+  }
   std::optional<HFCheckpointWriter> writer;
   if (writer_rank) writer.emplace(dir, cfg_.export_cfg.max_shard_bytes, fixed);
   uint64_t written = 0;
   export_weights(h, [&](const std::string& name, const Tensor& t) {
     if (!writer) return;
-    const bool cast = source && source->has(name) && source->dtype(name) != t.dtype();
-    const Tensor out = cast ? t.to(Device::cpu()).to(source->dtype(name)) : t;
+    std::optional<DType> want = source && source->has(name) ? std::optional<DType>(source->dtype(name)) : source_default;
+    const Tensor out = want && *want != t.dtype() ? t.to(Device::cpu()).to(*want) : t;
     writer->add(name, out);
     written += fixed ? uint64_t(t.numel()) * dtype_size(*fixed) : out.nbytes();
     if (progress) progress(written);

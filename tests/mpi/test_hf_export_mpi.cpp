@@ -87,14 +87,18 @@ void round_trip(const std::string& fixture, const Layout& l) {
   world.barrier();
 }
 
+// Layouts each fixture allows: tp divides its heads (qwen3_mha_sharded has 3),
+// ep its experts (qwen3_moe_mixed has 5).
 TEST(HFExport, DenseRoundTripIsBitIdenticalAtEveryLayout) {
-  for (const char* fixture : {"qwen3_gqa", "qwen3_mha_sharded", "llama3_gqa", "llama3_tied_f16", "qwen3_tp"})
+  for (const char* fixture : {"qwen3_gqa", "llama3_gqa", "llama3_tied_f16", "qwen3_tp"})
     for (const Layout& l : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}}) round_trip(fixture, l);
+  round_trip("qwen3_mha_sharded", Layout{1, 2, 1});
 }
 
 TEST(HFExport, MoeRoundTripIsBitIdenticalAtEveryLayout) {
-  for (const char* fixture : {"qwen3_moe_experts", "qwen3_moe_fused", "qwen3_moe_mixed"})
+  for (const char* fixture : {"qwen3_moe_experts", "qwen3_moe_fused"})
     for (const Layout& l : {Layout{1, 1, 2}, Layout{1, 2, 1}, Layout{1, 2, 2}}) round_trip(fixture, l);
+  round_trip("qwen3_moe_mixed", Layout{1, 2, 1});
 }
 
 }  // namespace
