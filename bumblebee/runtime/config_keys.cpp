@@ -1,6 +1,7 @@
 // The runtime's keys: one per field of RuntimeConfig, BBConfig, ParallelConfig
 // and OptimizerConfig, with the seed library's dotted names. Defaults come from
 // the structs themselves, so config.h stays the one place that sets them.
+#include <cctype>
 #include <limits>
 
 #include "bumblebee/core/error.h"
@@ -42,10 +43,11 @@ uint64_t byte_size(const std::string& key, const std::string& text) {
   } catch (const std::exception&) {
     BB_FAIL("key '", key, "': '", text, "' is not a size (e.g. 5GB, 2GiB, 1048576)");
   }
-  const std::string unit = text.substr(end);
+  std::string unit = text.substr(end);
+  for (char& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));   // 5gb, 20kB as HF accepts them
   static const std::pair<const char*, double> kUnits[] = {
       {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+      {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
   for (const auto& [name, scale] : kUnits)
     if (unit == name) {
       const double bytes = value * scale;
