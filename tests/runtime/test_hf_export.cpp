@@ -19,14 +19,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// VmHWM of this process in bytes.
-uint64_t peak_rss() {
+// A /proc/self/status field (VmHWM: peak RSS, VmRSS: RSS) in bytes.
+uint64_t status_bytes(const std::string& field) {
   std::ifstream f("/proc/self/status");
   std::string line;
   while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
   return 0;
 }
+uint64_t peak_rss() { return status_bytes("VmHWM"); }
 
 // Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
 bool reset_peak_rss() {
@@ -53,6 +54,8 @@ TEST(HFExport, PeakHostMemoryIsBoundedByOneTensorNotTheModel) {
   fs::remove_all(dir);
   if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs is not writable";
   const uint64_t before = peak_rss();
+  // The reset took: the peak is now the current RSS, not an earlier high.
+  ASSERT_LE(before, status_bytes("VmRSS") + (1u << 20));
   rt->save_hf_checkpoint(h, dir.string());
   const uint64_t growth = peak_rss() - before;
   std::printf("export of a %.1f MB model: peak RSS grew by %.2f MB (bucket %.1f MB)\n", double(model_bytes) / 1e6,
