@@ -89,10 +89,11 @@ uint64_t folder_bytes(const std::string& dir) {
 
 int run(int argc, char** argv) {
   const ConfigSchema schema = convert_schema();
-  if (asks_for_help(argc, argv) || argc < 2) {
+  if (asks_for_help(argc, argv)) {
     std::fputs(schema.help().c_str(), stdout);
-    return argc < 2 ? 1 : 0;
+    return 0;
   }
+  BB_CHECK(argc >= 2, "bb-convert: no command given (hf_to_bb, bb_to_hf, reshard, help)");
   const std::string mode = argv[1];
   BB_CHECK(mode == "hf_to_bb" || mode == "bb_to_hf" || mode == "reshard", "bb-convert: unknown command '", mode,
            "' (hf_to_bb, bb_to_hf, reshard, help)");
