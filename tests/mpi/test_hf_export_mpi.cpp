@@ -51,7 +51,7 @@ Tensor source_tensor(const HFCheckpoint& src, const std::string& name) {
 
 void round_trip(const std::string& fixture, const Layout& l) {
   dist::Communicator& world = test::world_comm();
-  if (world.size() % (l.tp * l.pp) != 0) return;
+  if (world.size() % (l.tp * l.pp) != 0 || (world.size() / l.pp) % (l.tp * l.ep) != 0) return;   // not at this world size
   RuntimeConfig cfg;
   cfg.hf_path = std::string(BB_SOURCE_DIR) + "/tests/fixtures/" + fixture;
   cfg.backend_cfg.dtype = "float64";
