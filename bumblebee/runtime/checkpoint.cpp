@@ -62,7 +62,7 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
     fs::create_directories(tmp + "/optimizer");
   }
   ps.world().barrier();
-  save_hf_checkpoint(h, tmp + "/model");
+  write_hf_model(h, tmp + "/model", "param", {});
   DistributedOptimizer& opt = *st.optimizer;
   std::vector<std::pair<std::string, Tensor>> state;
   for (DistributedOptimizer::GroupState& g : opt.groups()) {

@@ -81,10 +81,19 @@ struct BBConfig {
   double temperature = 1.0;
 };
 
+// How export_weights / save_hf_checkpoint stream the model out (docs/checkpoints.md).
+struct ExportConfig {
+  // Host bytes of tensors one pipeline stage sends to the writer at a time.
+  uint64_t bucket_bytes = uint64_t(2) << 30;
+  uint64_t max_shard_bytes = 5'000'000'000ull;   // HF's default shard limit, "5GB"
+  std::string dtype = "source";   // source (the dtype hf_path stores each tensor in) | bf16 | fp32 | param
+};
+
 struct RuntimeConfig {
   std::string backend = "bb";   // "bb" (optimised, parallel) or "ref" (single-device baseline)
   std::string hf_path;          // HF model directory (config.json [+ safetensors])
   BBConfig backend_cfg;
+  ExportConfig export_cfg;
 };
 
 }  // namespace bb

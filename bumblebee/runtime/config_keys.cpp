@@ -1,8 +1,10 @@
 // The runtime's keys: one per field of RuntimeConfig, BBConfig, ParallelConfig
 // and OptimizerConfig, with the seed library's dotted names. Defaults come from
 // the structs themselves, so config.h stays the one place that sets them.
+#include <cctype>
 #include <limits>
 
+#include "bumblebee/core/error.h"
 #include "bumblebee/runtime/config_schema.h"
 
 namespace bb {
@@ -30,6 +32,29 @@ ConfigKey key(std::string name, std::string group, ConfigType type, json def, st
 ConfigKey int_key(std::string name, std::string group, int def, std::string doc, Set set) {
   return key(std::move(name), std::move(group), ConfigType::Int, def, std::move(doc), std::move(set))
       .in_range(kIntMin, kIntMax);
+}
+
+// "5GB", "2GiB", "500MB", "123" (bytes): decimal units as HF's max_shard_size, binary ones with an i.
+uint64_t byte_size(const std::string& key, const std::string& text) {
+  size_t end = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    BB_FAIL("key '", key, "': '", text, "' is not a size (e.g. 5GB, 2GiB, 1048576)");
+  }
+  std::string unit = text.substr(end);
+  for (char& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));   // 5gb, 20kB as HF accepts them
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+  for (const auto& [name, scale] : kUnits)
+    if (unit == name) {
+      const double bytes = value * scale;
+      BB_CHECK(bytes >= 1 && bytes < 1.8e19, "key '", key, "': '", text, "' must be at least one byte");
+      return uint64_t(bytes);
+    }
+  BB_FAIL("key '", key, "': '", text, "' has an unknown unit '", unit, "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
 }
 
 BBConfig& bb_of(RuntimeConfig& c) { return c.backend_cfg; }
@@ -132,6 +157,17 @@ void ConfigSchema::add_runtime_keys() {
   add(key("backend.parallel.pp_layout", "backend.parallel", T::String, p.pp_layout,
           "pipeline stage layout, e.g. E|t*5|t*6|t,L: E embedding, t*N layers, L loss head (empty: balanced)",
           [](RuntimeConfig& c, const json& v) { parallel_of(c).pp_layout = v; }));
+
+  add(key("export.bucket_bytes", "export", T::String, "2GiB",
+          "export: host bytes a pipeline stage sends to the writing rank at a time (e.g. 2GiB, 512MB)",
+          [](RuntimeConfig& c, const json& v) { c.export_cfg.bucket_bytes = byte_size("export.bucket_bytes", v); }));
+  add(key("export.max_shard_bytes", "export", T::String, "5GB",
+          "export: safetensors shard size limit, as HF's max_shard_size (e.g. 5GB, 100MiB)",
+          [](RuntimeConfig& c, const json& v) { c.export_cfg.max_shard_bytes = byte_size("export.max_shard_bytes", v); }));
+  add(key("export.dtype", "export", T::String, d.export_cfg.dtype,
+          "export: dtype of the written tensors; source: each tensor's dtype in hf_path (param when it has none)",
+          [](RuntimeConfig& c, const json& v) { c.export_cfg.dtype = v; })
+          .one_of({"source", "bf16", "fp32", "param"}));
 
   const std::string g = "optimizer";
   add(key("optimizer.optimizer", g, T::String, o.optimizer, "AdamW with decoupled weight decay; adam and adamw both name it",

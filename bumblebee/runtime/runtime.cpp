@@ -408,35 +408,4 @@ Tensor Runtime::logits(ModelHandle& h, const PackedBatch& data) {
   return h.model().logits(pm.device).narrow(0, pm.real_tokens);
 }
 
-void Runtime::export_weights(ModelHandle& h, const WeightSink& sink) {
-  ModelState& st = h.state();
-  if (parallel_->pp_size() == 1) {
-    st.protocol->export_hf_weights(*st.chunks.front(), *st.context, sink);
-    return;
-  }
-  // Every stage's tensors reach every rank, stage by stage in pipeline order.
-  std::vector<std::pair<std::string, Tensor>> mine;
-  for (auto& chunk : st.chunks)
-    st.protocol->export_hf_weights(*chunk, *st.context, [&](const std::string& name, const Tensor& t) {
-      mine.emplace_back(name, t);
-    });
-  for (int stage = 0; stage < parallel_->pp_size(); ++stage)
-    for (const auto& [name, t] : broadcast_named_tensors(parallel_->pp(), stage, device_, mine)) sink(name, t);
-}
-
-void Runtime::save_hf_checkpoint(ModelHandle& h, const std::string& dir) {
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  export_weights(h, [&](const std::string& name, const Tensor& t) { tensors.emplace_back(name, t); });
-  if (parallel_->world_rank() != 0) return;
-  ::bb::save_hf_checkpoint(dir, tensors);
-  std::filesystem::create_directories(dir);
-  const std::string tmp = dir + "/config.json.tmp";
-  {
-    std::ofstream f(tmp);
-    f << h.state().hf_config.dump(2) << "\n";
-    BB_CHECK(f.good(), "cannot write ", tmp);
-  }
-  std::filesystem::rename(tmp, dir + "/config.json");
-}
-
 }  // namespace bb

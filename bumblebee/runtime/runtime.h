@@ -81,10 +81,19 @@ class Runtime {
 
   // Full-vocabulary logits [T, V] (host, float64) of a batch, for validation.
   Tensor logits(ModelHandle& h, const PackedBatch& data);
-  // Streams (hf_name, full host tensor) pairs in HF naming; every rank of the tp group must call it.
+  // Streams (hf_name, full host tensor) pairs in HF naming, one tensor at a
+  // time: gathered over tp and ep per tensor, and with pp > 1 sent stage by
+  // stage in buckets of at most export.bucket_bytes (or one tensor when it is
+  // larger). Collective: every rank calls it, and every rank's sink sees
+  // every tensor. runtime/hf_export.cpp.
   void export_weights(ModelHandle& h, const WeightSink& sink);
-  // Writes the model as an HF checkpoint directory (config.json + safetensors) from rank 0.
-  void save_hf_checkpoint(ModelHandle& h, const std::string& dir);
+  // Writes the model as an HF checkpoint directory from world rank 0,
+  // streaming (HFCheckpointWriter): shards under export.max_shard_bytes with
+  // model.safetensors.index.json, tensors in export.dtype, config.json, and
+  // generation_config.json and tokenizer files copied from hf_path.
+  // Collective. `progress`, when set, is told the bytes written so far on rank 0.
+  void save_hf_checkpoint(ModelHandle& h, const std::string& dir,
+                          const std::function<void(uint64_t bytes)>& progress = {});
   // Training checkpoint (collective, every rank): the model as an HF directory,
   // each rank's optimizer slice, and the step counters, written under a
   // temporary name and swapped in so an earlier checkpoint at `dir` survives
@@ -94,6 +103,11 @@ class Runtime {
   int64_t load_checkpoint(ModelHandle& h, const std::string& dir);
 
  private:
+  // save_hf_checkpoint with the export dtype given (export.dtype's values);
+  // training checkpoints keep the parameter dtype ("param").
+  void write_hf_model(ModelHandle& h, const std::string& dir, const std::string& dtype,
+                      const std::function<void(uint64_t bytes)>& progress);
+
   RuntimeConfig cfg_;
   std::shared_ptr<dist::ParallelState> parallel_;
   Device device_;

@@ -22,7 +22,8 @@ using json = nlohmann::json;
 using T = RecipeKeyType;
 
 // The recipe's spelling of a runtime key: the model's keys under "model", the
-// parallel sizes under "parallel", the seed under "train"; the rest as they are.
+// parallel sizes under "parallel", the seed under "train", the HF export's
+// keys under "output" (output.export_dtype, ...); the rest as they are.
 std::string recipe_name(const std::string& schema_name) {
   static const std::map<std::string, std::string> renamed = {
       {"backend", "backend.backend"},
@@ -34,6 +35,8 @@ std::string recipe_name(const std::string& schema_name) {
   if (auto it = renamed.find(schema_name); it != renamed.end()) return it->second;
   const std::string parallel = "backend.parallel.";
   if (schema_name.starts_with(parallel)) return "parallel." + schema_name.substr(parallel.size());
+  const std::string exporting = "export.";
+  if (schema_name.starts_with(exporting)) return "output.export_" + schema_name.substr(exporting.size());
   return schema_name;
 }
 

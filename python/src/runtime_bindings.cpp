@@ -195,7 +195,8 @@ void bind_runtime(nb::module_& m) {
       .def("current_lr", &Runtime::current_lr)
       .def("save_checkpoint", &Runtime::save_checkpoint)
       .def("load_checkpoint", &Runtime::load_checkpoint)
-      .def("save_hf_checkpoint", &Runtime::save_hf_checkpoint)
+      .def("save_hf_checkpoint",
+           [](Runtime& rt, ModelHandle& h, const std::string& dir) { rt.save_hf_checkpoint(h, dir); })
       .def(
           "export_weights",
           [](Runtime& rt, ModelHandle& h, nb::callable sink, const std::string& dtype) {

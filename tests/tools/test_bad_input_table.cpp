@@ -4,7 +4,8 @@
 // with a NaN loss. Covered: bare words, unknown keys, non-finite floats,
 // out-of-range ints, a directory given for a file, missing files, empty and
 // invalid tokens files, huge token ids, bad parallel sizes, bad pipeline
-// layouts and microbatch counts, context parallelism where it cannot run.
+// layouts and microbatch counts, context parallelism where it cannot run,
+// bb-convert commands, output folders and checkpoints.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -68,6 +69,13 @@ const fs::path& scratch() {
           R"({"weight_map": {"model.norm.weight": "shard-1.safetensors"}})");
     fs::create_directories(d / "hf_config_is_dir" / "config.json");
     write(d / "hf_config_not_json" / "config.json", "{\"model_type\": ");
+    // bb-convert: a folder that is not a checkpoint, and a training
+    // checkpoint whose model weights file is gone.
+    write(d / "notackpt" / "notes.txt", "mine");
+    const ToolResult made = run_command(tool("bb-convert") + " hf_to_bb in=" + fs::path(config).parent_path().string() +
+                                        " out=" + (d / "ck_missing_shard").string());
+    if (made.code != 0) ADD_FAILURE() << made.out;
+    fs::remove(d / "ck_missing_shard" / "model" / "model.safetensors");
     // An indexed dataset whose .idx is a folder.
     write(d / "ds_idx_is_dir.bin", "");
     fs::create_directories(d / "ds_idx_is_dir.idx");
@@ -243,6 +251,21 @@ std::vector<Row> rows() {
       {"correctness_pp_layout_empty_stage", "bb-correctness",
        kCorrectness + "backend.parallel.pp=2 'backend.parallel.pp_layout=E,t,t,L|' num_microbatches=2", 1,
        "stage 1 (''): the stage is empty", 2},
+      {"convert_no_command", "bb-convert", "", 1, "no command given"},
+      {"convert_unknown_command", "bb-convert", "garbage in={fx} out={tmp}/o", 1, "unknown command 'garbage'"},
+      {"convert_no_out", "bb-convert", "hf_to_bb in={fx}", 1, "in=DIR and out=DIR are required"},
+      {"convert_out_not_a_checkpoint", "bb-convert", "hf_to_bb in={fx} out={tmp}/notackpt", 1,
+       "out={tmp}/notackpt exists and is not a training checkpoint (no trainer_state.json)"},
+      {"convert_out_not_an_hf_folder", "bb-convert", "bb_to_hf in={tmp}/ck_missing_shard out={tmp}/notackpt", 1,
+       "out={tmp}/notackpt exists and is not an HF model folder (no config.json)"},
+      {"convert_in_not_a_checkpoint", "bb-convert", "bb_to_hf in={fx} out={tmp}/o", 1, "manifest.json is missing"},
+      {"convert_missing_shard", "bb-convert", "bb_to_hf in={tmp}/ck_missing_shard out={tmp}/o", 1,
+       "model/model.safetensors"},
+      {"convert_bad_dtype", "bb-convert", "bb_to_hf in={tmp}/ck_missing_shard out={tmp}/o dtype=fp8", 1,
+       "key 'dtype': 'fp8' is not one of: source, bf16, fp32"},
+      {"convert_bad_shard_size", "bb-convert", "bb_to_hf in={tmp}/ck_missing_shard out={tmp}/o export.max_shard_bytes=5XB",
+       1, "key 'export.max_shard_bytes': '5XB' has an unknown unit 'XB'"},
+      {"convert_reshard_not_built", "bb-convert", "reshard in={fx} out={tmp}/o", 1, "is not built yet"},
       {"correctness_pp_balanced_too_few_layers", "bb-correctness",
        kCorrectness + "backend.parallel.pp=4 num_microbatches=4", 1,
        "num_hidden_layers 2 cannot fill pp * vpp = 4 pipeline stages", 4},

@@ -1,4 +1,4 @@
-// Reading and writing Hugging Face checkpoint folders (single or sharded safetensors).
+// Reading Hugging Face checkpoint folders (single or sharded safetensors); the writer is hf_checkpoint_writer.cpp.
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 
 #include <cstdio>
@@ -12,34 +12,14 @@
 #include <nlohmann/json.hpp>
 
 #include "bumblebee/core/input_file.h"
+#include "bumblebee/primitive/ckpt/hf_checkpoint_names.h"
 
 namespace bb {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace {
-
-constexpr const char* kSingleFile = "model.safetensors";
-constexpr const char* kIndexFile = "model.safetensors.index.json";
-// Ties the shards of one save to its index; see save_hf_checkpoint.
-constexpr const char* kSaveIdKey = "bb_save_id";
-const std::regex kShardName(R"(model-\d{5}-of-\d{5}\.safetensors)");
-
-std::string shard_name(size_t i, size_t n) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", i + 1, n);
-  return buf;
-}
-
-std::string new_save_id() {
-  std::random_device rd;
-  std::ostringstream os;
-  os << std::hex << rd() << rd();
-  return os.str();
-}
-
-}  // namespace
+using namespace hf_files;
 
 HFCheckpointIndex parse_hf_checkpoint_index(const std::string& text, const std::string& source) {
   json index;
@@ -136,58 +116,5 @@ Tensor HFCheckpoint::get(const std::string& name) const { return shard(name).get
 const Shape& HFCheckpoint::shape(const std::string& name) const { return shard(name).shape(name); }
 DType HFCheckpoint::dtype(const std::string& name) const { return shard(name).dtype(name); }
 const std::string& HFCheckpoint::shard_path(const std::string& name) const { return shard(name).path(); }
-
-void save_hf_checkpoint(const std::string& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                        uint64_t max_shard_bytes) {
-  BB_CHECK(max_shard_bytes > 0, "save_hf_checkpoint '", dir, "': max_shard_bytes must be positive");
-  std::set<std::string> seen;
-  for (const auto& [name, t] : tensors)
-    BB_CHECK(seen.insert(name).second, "save_hf_checkpoint '", dir, "': tensor '", name, "' given twice");
-
-  using Shard = std::vector<std::pair<std::string, Tensor>>;
-  std::vector<Shard> shards(1);
-  uint64_t shard_bytes = 0, total_bytes = 0;
-  for (const auto& [name, t] : tensors) {
-    const uint64_t n = t.defined() ? t.nbytes() : 0;
-    if (!shards.back().empty() && shard_bytes + n > max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().emplace_back(name, t);
-    shard_bytes += n;
-    total_bytes += n;
-  }
-
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  BB_CHECK(fs::is_directory(dir), "save_hf_checkpoint: cannot create folder '", dir, "': ", ec.message());
-  const fs::path root(dir);
-  std::set<std::string> written;
-  if (shards.size() == 1) {
-    write_safetensors((root / kSingleFile).string(), shards[0], {{"format", "pt"}});
-    written.insert(kSingleFile);
-  } else {
-    const std::string save_id = new_save_id();
-    json weight_map = json::object();
-    for (size_t i = 0; i < shards.size(); ++i) {
-      const std::string file = shard_name(i, shards.size());
-      write_safetensors((root / file).string(), shards[i], {{"format", "pt"}, {kSaveIdKey, save_id}});
-      for (const auto& kv : shards[i]) weight_map[kv.first] = file;
-      written.insert(file);
-    }
-    const json index = {{"metadata", {{"total_size", total_bytes}, {kSaveIdKey, save_id}}},
-                        {"weight_map", weight_map}};
-    const std::string text = index.dump(2) + "\n";
-    write_file_atomically((root / kIndexFile).string(), {{text.data(), text.size()}});
-    written.insert(kIndexFile);
-  }
-
-  // Files of an earlier checkpoint would shadow or contradict the new one.
-  for (const auto& entry : fs::directory_iterator(root)) {
-    const std::string file = entry.path().filename().string();
-    const bool ours = file == kSingleFile || file == kIndexFile || std::regex_match(file, kShardName);
-    if (ours && !written.count(file)) fs::remove(entry.path());
-  }
-}
 
 }  // namespace bb

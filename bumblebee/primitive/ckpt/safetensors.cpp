@@ -369,3 +369,82 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 }
 
 }  // namespace bb
+
+namespace bb {
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, std::map<std::string, std::string> metadata)
+    : path_(std::move(path)), metadata_(std::move(metadata)) {
+  data_path_ = path_ + ".data.tmp." + std::to_string(::getpid());
+  data_fd_ = ::open(data_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  BB_CHECK(data_fd_ >= 0, "cannot create '", data_path_, "': ", std::strerror(errno));
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() {
+  if (data_fd_ >= 0) ::close(data_fd_);
+  if (!closed_) ::unlink(data_path_.c_str());
+}
+
+void SafetensorsStreamWriter::add(const std::string& name, const Tensor& t) {
+  BB_CHECK(!closed_, "safetensors file '", path_, "': add('", name, "') after close");
+  BB_CHECK(!name.empty() && name != kMetadataKey, "safetensors file '", path_, "': invalid tensor name '", name, "'");
+  BB_CHECK(t.defined(), "safetensors file '", path_, "': tensor '", name, "' is undefined");
+  const Tensor host = t.to(Device::cpu());
+  const json entry = {{"dtype", format_name(host.dtype())},
+                      {"shape", host.shape()},
+                      {"data_offsets", {offset_, offset_ + host.nbytes()}}};
+  if (header_entries_++ > 0) header_json_ += ',';
+  header_json_ += json(name).dump() + ':' + entry.dump();
+  const char* p = static_cast<const char*>(host.raw());
+  size_t left = host.nbytes();
+  while (left > 0) {
+    ssize_t n = ::write(data_fd_, p, std::min<size_t>(left, size_t(1) << 30));
+    if (n < 0 && errno == EINTR) continue;
+    BB_CHECK(n > 0, "writing '", data_path_, "' (tensor '", name, "'): ", std::strerror(errno));
+    p += n;
+    left -= size_t(n);
+  }
+  offset_ += host.nbytes();
+}
+
+void SafetensorsStreamWriter::close() {
+  BB_CHECK(!closed_, "safetensors file '", path_, "' closed twice");
+  // Names are unique by construction of the callers; the reader re-checks on open.
+  std::string header = "{";
+  if (!metadata_.empty()) header += json(kMetadataKey).dump() + ':' + json(metadata_).dump() + (header_entries_ ? "," : "");
+  header += header_json_ + "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  const uint64_t header_len = header.size();
+
+  const std::string tmp = path_ + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  BB_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
+  auto fail = [&](const char* what) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    BB_FAIL("writing '", path_, "': ", what, " failed: ", std::strerror(err));
+  };
+  if (::write(fd, &header_len, 8) != 8 || ::write(fd, header.data(), header.size()) != ssize_t(header.size()))
+    fail("header write");
+  loff_t in = 0;
+  uint64_t left = offset_;
+  while (left > 0) {
+    ssize_t n = ::copy_file_range(data_fd_, &in, fd, nullptr, std::min<uint64_t>(left, uint64_t(1) << 30), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("copy_file_range");
+    left -= uint64_t(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    BB_FAIL("writing '", path_, "': close failed: ", std::strerror(errno));
+  }
+  ::close(data_fd_);
+  data_fd_ = -1;
+  ::unlink(data_path_.c_str());
+  closed_ = true;
+  BB_CHECK(::rename(tmp.c_str(), path_.c_str()) == 0, "cannot rename '", tmp, "' to '", path_, "': ",
+           std::strerror(errno));
+}
+
+}  // namespace bb

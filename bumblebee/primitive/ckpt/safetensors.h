@@ -69,6 +69,35 @@ class SafetensorsFile {
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// Writes one safetensors file a tensor at a time, so a file of any size needs
+// host memory for one tensor only: add() appends the tensor's bytes to a data
+// file beside `path`; close() writes the header and then copies the data in
+// the kernel (copy_file_range) into "<path>.tmp.<pid>", fsyncs and renames it
+// over `path`. Tensors keep the order they were added in (mixed element sizes
+// may then be unaligned, which readers handle by copying). Destroying an
+// unclosed writer removes its temporary files and leaves `path` untouched.
+class SafetensorsStreamWriter {
+ public:
+  SafetensorsStreamWriter(std::string path, std::map<std::string, std::string> metadata);
+  ~SafetensorsStreamWriter();
+  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
+  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+
+  void add(const std::string& name, const Tensor& t);   // any device; copied to host
+  uint64_t data_bytes() const { return offset_; }
+  bool empty() const { return header_entries_ == 0; }
+  void close();
+
+ private:
+  std::string path_, data_path_;
+  std::map<std::string, std::string> metadata_;
+  std::string header_json_;   // the entries so far, without the enclosing braces
+  size_t header_entries_ = 0;
+  uint64_t offset_ = 0;
+  int data_fd_ = -1;
+  bool closed_ = false;
+};
+
 // Shared by the safetensors and HF checkpoint writers: writes the byte ranges `pieces`,
 // in order, to "<path>.tmp.<pid>", fsyncs it, renames it over `path` and fsyncs the
 // folder. On failure the temporary file is removed and `path` is untouched.

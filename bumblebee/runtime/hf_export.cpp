@@ -1,0 +1,129 @@
+// Runtime::export_weights and Runtime::save_hf_checkpoint: the model streamed
+// out in HF naming, one tensor at a time, into a bounded bucket per pipeline
+// stage and a shard writer on world rank 0 (docs/checkpoints.md).
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "bumblebee/primitive/ckpt/hf_checkpoint_writer.h"
+#include "bumblebee/runtime/model_state.h"
+#include "bumblebee/runtime/pipeline_transfer.h"
+#include "bumblebee/runtime/runtime.h"
+
+namespace bb {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Files of an HF model folder besides config.json and the weights that
+// transformers and tokenizers read; carried over from hf_path when present.
+constexpr const char* kSideFiles[] = {"generation_config.json", "tokenizer.json",   "tokenizer_config.json",
+                                      "special_tokens_map.json", "vocab.json",      "merges.txt",
+                                      "tokenizer.model",         "added_tokens.json", "chat_template.jinja"};
+
+void copy_file_atomically(const fs::path& from, const fs::path& to) {
+  const fs::path tmp = to.string() + ".tmp";
+  std::error_code ec;
+  fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
+  BB_CHECK(!ec, "cannot copy '", from.string(), "' to '", tmp.string(), "': ", ec.message());
+  fs::rename(tmp, to, ec);
+  BB_CHECK(!ec, "cannot rename '", tmp.string(), "' to '", to.string(), "': ", ec.message());
+}
+
+bool has_safetensors(const std::string& dir) {
+  return !dir.empty() && (fs::exists(fs::path(dir) / "model.safetensors") ||
+                          fs::exists(fs::path(dir) / "model.safetensors.index.json"));
+}
+
+}  // namespace
+
+void Runtime::export_weights(ModelHandle& h, const WeightSink& sink) {
+  ModelState& st = h.state();
+  if (parallel_->pp_size() == 1) {
+    st.protocol->export_hf_weights(*st.chunks.front(), *st.context, sink);
+    return;
+  }
+  // Stage by stage in pipeline order: the stage exporting fills a bucket and
+  // broadcasts it over its pp group when it is full; an empty bucket ends the stage.
+  dist::Communicator& pp = parallel_->pp();
+  const uint64_t limit = cfg_.export_cfg.bucket_bytes;
+  for (int stage = 0; stage < parallel_->pp_size(); ++stage) {
+    if (pp.rank() != stage) {
+      for (;;) {
+        const auto bucket = broadcast_named_tensors(pp, stage, device_, {});
+        if (bucket.empty()) break;
+        for (const auto& [name, t] : bucket) sink(name, t);
+      }
+      continue;
+    }
+    std::vector<std::pair<std::string, Tensor>> bucket;
+    uint64_t bytes = 0;
+    auto flush = [&] {
+      for (const auto& [name, t] : broadcast_named_tensors(pp, stage, device_, bucket)) sink(name, t);
+      bucket.clear();
+      bytes = 0;
+    };
+    for (auto& chunk : st.chunks)
+      st.protocol->export_hf_weights(*chunk, *st.context, [&](const std::string& name, const Tensor& t) {
+        if (!bucket.empty() && bytes + t.nbytes() > limit) flush();
+        bucket.emplace_back(name, t);
+        bytes += t.nbytes();
+      });
+    if (!bucket.empty()) flush();
+    broadcast_named_tensors(pp, stage, device_, {});
+  }
+}
+
+void Runtime::save_hf_checkpoint(ModelHandle& h, const std::string& dir,
+                                 const std::function<void(uint64_t bytes)>& progress) {
+  write_hf_model(h, dir, cfg_.export_cfg.dtype, progress);
+}
+
+void Runtime::write_hf_model(ModelHandle& h, const std::string& dir, const std::string& how,
+                             const std::function<void(uint64_t bytes)>& progress) {
+  const bool writer_rank = parallel_->world_rank() == 0;
+  std::optional<DType> fixed;
+  if (how == "bf16") fixed = DType::BF16;
+  if (how == "fp32") fixed = DType::F32;
+  // export.dtype=source: each tensor in the dtype hf_path stores it in (a
+  // round trip is then bit-identical); the parameter dtype for tensors it lacks.
+  // A tensor the source stores otherwise (a fused expert's slice) takes the
+  // dtype most of the source's tensors have.
+  std::optional<HFCheckpoint> source;
+  std::optional<DType> source_default;
+  if (writer_rank && how == "source" && has_safetensors(cfg_.hf_path)) {
+    source = HFCheckpoint::open(cfg_.hf_path);
+    std::map<DType, size_t> count;
+    for (const std::string& name : source->names()) ++count[source->dtype(name)];
+    for (const auto& [dt, n] : count)
+      if (!source_default || n > count[*source_default]) source_default = dt;
+  }
+  std::optional<HFCheckpointWriter> writer;
+  if (writer_rank) writer.emplace(dir, cfg_.export_cfg.max_shard_bytes, fixed);
+  uint64_t written = 0;
+  export_weights(h, [&](const std::string& name, const Tensor& t) {
+    if (!writer) return;
+    std::optional<DType> want = source && source->has(name) ? std::optional<DType>(source->dtype(name)) : source_default;
+    const Tensor out = want && *want != t.dtype() ? t.to(Device::cpu()).to(*want) : t;
+    writer->add(name, out);
+    written += fixed ? uint64_t(t.numel()) * dtype_size(*fixed) : out.nbytes();
+    if (progress) progress(written);
+  });
+  if (!writer_rank) return;
+  writer->finish();
+  const std::string tmp = dir + "/config.json.tmp";
+  {
+    std::ofstream f(tmp);
+    f << h.state().hf_config.dump(2) << "\n";
+    BB_CHECK(f.good(), "cannot write ", tmp);
+  }
+  fs::rename(tmp, dir + "/config.json");
+  if (cfg_.hf_path.empty() || fs::equivalent(cfg_.hf_path, dir)) return;
+  for (const char* file : kSideFiles) {
+    const fs::path from = fs::path(cfg_.hf_path) / file;
+    if (fs::is_regular_file(from)) copy_file_atomically(from, fs::path(dir) / file);
+  }
+}
+
+}  // namespace bb

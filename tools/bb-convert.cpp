@@ -1,0 +1,140 @@
+// bb-convert: checkpoints between Hugging Face and bumblebee's training layout.
+//
+//   bb-convert hf_to_bb in=HF_DIR out=DIR [backend.parallel.*=N ...]   an HF model as a training checkpoint
+//   bb-convert bb_to_hf in=DIR out=HF_DIR [dtype=bf16|fp32|source]    a training checkpoint's model as HF
+//   bb-convert reshard  in=DIR out=DIR [backend.parallel.*=N ...]
+//   bb-convert help
+// Runs under mpirun for models larger than one process should hold: every
+// rank reads only its own shard (layout keys pick the layout), and the HF
+// export streams one tensor at a time to rank 0 (docs/checkpoints.md). Rank 0
+// draws a progress line on stderr and ends with the bytes written and GB/s.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "bumblebee/core/error.h"
+#include "bumblebee/primitive/ckpt/hf_checkpoint.h"
+#include "bumblebee/runtime/checkpoint_files.h"
+#include "bumblebee/runtime/config_schema.h"
+#include "bumblebee/runtime/runtime.h"
+#include "bumblebee/runtime/tool_main.h"
+
+namespace bb {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+ConfigSchema convert_schema() {
+  ConfigSchema s("bb-convert", "bb-convert hf_to_bb|bb_to_hf|reshard in=DIR out=DIR [key=value ...]");
+  s.add_runtime_keys();
+  using T = ConfigType;
+  const std::string g = "bb-convert";
+  s.add({"in", g, T::String, "", "source: an HF model folder (hf_to_bb) or a training checkpoint (bb_to_hf, reshard)"});
+  s.add({"out", g, T::String, "", "destination folder; an existing one must hold a checkpoint of the same kind"});
+  s.add(ConfigKey{"dtype", g, T::String, "source", "bb_to_hf: dtype of the written tensors (export.dtype)"}.one_of(
+      {"source", "bf16", "fp32"}));
+  return s;
+}
+
+// Refuses to write into a folder that holds something other than a checkpoint of this kind.
+void check_output_dir(const std::string& out, const char* marker, const char* kind) {
+  if (!fs::exists(out)) return;
+  BB_CHECK(fs::is_directory(out), "out=", out, " exists and is not a folder");
+  const bool empty = fs::directory_iterator(out) == fs::directory_iterator();
+  BB_CHECK(empty || fs::exists(fs::path(out) / marker), "out=", out, " exists and is not ", kind, " (no ", marker,
+           "); give a new or empty folder");
+}
+
+struct Progress {
+  bool on = false;
+  uint64_t total = 0;
+  Clock::time_point start = Clock::now();
+  void show(uint64_t bytes) const {
+    if (!on) return;
+    const double s = std::chrono::duration<double>(Clock::now() - start).count(), gb = double(bytes) / 1e9;
+    const int width = 30, filled = total ? int(width * std::min(1.0, double(bytes) / double(total))) : 0;
+    std::fprintf(stderr, "\r[%s%s] %.3f GB  %.2f GB/s", std::string(size_t(filled), '#').c_str(),
+                 std::string(size_t(width - filled), '.').c_str(), gb, s > 0 ? gb / s : 0.0);
+  }
+  void done(uint64_t bytes) {
+    if (!on) return;
+    if (total == 0) total = bytes;
+    show(bytes);
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    std::fprintf(stderr, "\nwrote %.3f GB in %.2f s (%.2f GB/s)\n", double(bytes) / 1e9, s,
+                 s > 0 ? double(bytes) / 1e9 / s : 0.0);
+  }
+};
+
+// Bytes the export of an HF folder's weights writes (the progress bar's 100%):
+// each tensor in `dtype` (bf16 | fp32), or as stored (source).
+uint64_t export_bytes(const std::string& dir, const std::string& dtype) {
+  const HFCheckpoint ck = HFCheckpoint::open(dir);
+  uint64_t n = 0;
+  for (const std::string& name : ck.names()) {
+    const size_t es = dtype == "bf16" ? 2 : dtype == "fp32" ? 4 : dtype_size(ck.dtype(name));
+    n += uint64_t(shape_numel(ck.shape(name))) * es;
+  }
+  return n;
+}
+
+uint64_t folder_bytes(const std::string& dir) {
+  uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) n += e.file_size();
+  return n;
+}
+
+int run(int argc, char** argv) {
+  const ConfigSchema schema = convert_schema();
+  if (asks_for_help(argc, argv)) {
+    std::fputs(schema.help().c_str(), stdout);
+    return 0;
+  }
+  BB_CHECK(argc >= 2, "bb-convert: no command given (hf_to_bb, bb_to_hf, reshard, help)");
+  const std::string mode = argv[1];
+  BB_CHECK(mode == "hf_to_bb" || mode == "bb_to_hf" || mode == "reshard", "bb-convert: unknown command '", mode,
+           "' (hf_to_bb, bb_to_hf, reshard, help)");
+  const ConfigArgs args = schema.parse(argc, argv, 2);
+  BB_CHECK(args.has("in") && args.has("out"), "bb-convert ", mode, ": in=DIR and out=DIR are required");
+  const std::string in = args.str("in"), out = args.str("out");
+  BB_CHECK(fs::is_directory(in), "bb-convert ", mode, ": in=", in, " is not a folder");
+  BB_CHECK(mode != "reshard", "bb-convert reshard: resharding the optimizer state of a training checkpoint is not "
+                              "built yet; bb_to_hf then hf_to_bb reshards the model weights (fresh optimizer state)");
+  RuntimeConfig cfg = args.runtime;
+  Progress progress;
+  if (mode == "hf_to_bb") {
+    check_output_dir(out, "trainer_state.json", "a training checkpoint");
+    cfg.hf_path = in;
+    auto rt = create_runtime(cfg);
+    progress.on = rt->parallel_state().world_rank() == 0;
+    ModelHandle h = rt->build_model();
+    rt->save_checkpoint(h, out);
+    progress.done(progress.on ? folder_bytes(out) : 0);
+    return 0;
+  }
+  check_output_dir(out, "config.json", "an HF model folder");
+  // The training checkpoint's model/ is an HF folder: checked against the
+  // manifest, then loaded at this run's layout and streamed out.
+  verify_checkpoint_files(in, checkpoint_files_under(in, "model/"));
+  cfg.hf_path = in + "/model";
+  cfg.export_cfg.dtype = args.str("dtype");
+  auto rt = create_runtime(cfg);
+  progress.on = rt->parallel_state().world_rank() == 0;
+  if (progress.on) progress.total = export_bytes(cfg.hf_path, cfg.export_cfg.dtype);
+  ModelHandle h = rt->build_model();
+  uint64_t written = 0;
+  rt->save_hf_checkpoint(h, out, [&](uint64_t bytes) {
+    written = bytes;
+    progress.show(bytes);
+  });
+  progress.done(written);
+  return 0;
+}
+
+}  // namespace
+}  // namespace bb
+
+int main(int argc, char** argv) { return bb::run_tool(argc, argv, bb::run); }
