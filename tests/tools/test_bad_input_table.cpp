@@ -4,7 +4,9 @@
 // with a NaN loss. Covered: bare words, unknown keys, non-finite floats,
 // out-of-range ints, a directory given for a file, missing files, empty and
 // invalid tokens files, huge token ids, bad parallel sizes, bad pipeline
-// layouts and microbatch counts, context parallelism where it cannot run.
+// layouts and microbatch counts, context parallelism where it cannot run, MoE
+// models: ep not dividing the experts, top-k above the expert count, a
+// checkpoint holding a layer's experts in both layouts.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +16,8 @@
 #include <regex>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/tools/tool_runner.h"
 
@@ -68,6 +72,26 @@ const fs::path& scratch() {
           R"({"weight_map": {"model.norm.weight": "shard-1.safetensors"}})");
     fs::create_directories(d / "hf_config_is_dir" / "config.json");
     write(d / "hf_config_not_json" / "config.json", "{\"model_type\": ");
+    // A qwen3_moe checkpoint whose layer 0 holds its experts fused and one per-expert tensor too.
+    {
+      const std::string fixtures = std::string(BB_SOURCE_DIR) + "/tests/fixtures/";
+      const fs::path mixed = d / "moe_mixed_layouts";
+      fs::create_directories(mixed);
+      fs::copy_file(fixtures + "qwen3_moe_fused/config.json", mixed / "config.json");
+      fs::copy_file(fixtures + "qwen3_moe_fused/model.safetensors", mixed / "fused.safetensors");
+      fs::copy_file(fixtures + "qwen3_moe_experts/model.safetensors", mixed / "experts.safetensors");
+      std::ifstream f(mixed / "fused.safetensors", std::ios::binary);
+      uint64_t header_len = 0;
+      f.read(reinterpret_cast<char*>(&header_len), 8);
+      std::string header(header_len, '\0');
+      f.read(header.data(), std::streamsize(header_len));
+      std::string map;
+      for (const auto& [name, unused] : nlohmann::json::parse(header).items())
+        if (name != "__metadata__") map += "\"" + name + "\": \"fused.safetensors\", ";
+      write(mixed / "model.safetensors.index.json",
+            "{\"weight_map\": {" + map +
+                "\"model.layers.0.mlp.experts.0.gate_proj.weight\": \"experts.safetensors\"}}");
+    }
     // An indexed dataset whose .idx is a folder.
     write(d / "ds_idx_is_dir.bin", "");
     fs::create_directories(d / "ds_idx_is_dir.idx");
@@ -90,6 +114,9 @@ std::string substitute(std::string s) {
 }
 
 const std::string kCorrectness = "hf_path={fx} tokens={fx}/tokens.json ";
+const std::string kMoe =
+    "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_moe_experts tokens=" + std::string(BB_SOURCE_DIR) +
+    "/tests/fixtures/qwen3_moe_experts/tokens.json ";
 const std::string kBench = "backend=bb hf_path={fx} bench.seq_len=8 bench.warmup=0 ";
 const std::string kTrain = "recipe=recipes/qwen3_tiny_pretrain.json output.dir={tmp}/train_out train.steps=2 "
                            "optimizer.lr_warmup_steps=1 ";
@@ -257,6 +284,21 @@ std::vector<Row> rows() {
        "logits with backend.parallel.cp = 2 > 1 are not implemented yet", 2},
       {"correctness_cp_above_world_size", "bb-correctness", kCorrectness + "backend.parallel.cp=4", 1,
        "world size 2 is not divisible by tp*cp*pp = 4", 2},
+      // MoE models (on every rank, no hang).
+      {"correctness_moe_ep_not_dividing_experts", "bb-correctness", kMoe + "backend.parallel.ep=4", 1,
+       "expert parallelism: backend.parallel.ep = 4 does not divide the model's 6 experts", 4},
+      {"correctness_moe_topk_above_experts", "bb-correctness",
+       kMoe + "'backend.model_overrides={\"num_experts_per_tok\": 7}'", 1,
+       "qwen3_moe: num_experts_per_tok 7 must lie in [1, num_experts = 6]"},
+      {"correctness_moe_mixed_expert_layouts", "bb-correctness",
+       "hf_path={tmp}/moe_mixed_layouts tokens=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_moe_fused/tokens.json", 1,
+       "layer 0 holds its experts both fused ('model.layers.0.mlp.experts.gate_up_proj') and per expert "
+       "('model.layers.0.mlp.experts.0.gate_proj.weight')"},
+      {"correctness_moe_aux_loss_type", "bb-correctness",
+       kMoe + "'backend.model_overrides={\"moe_aux_loss_type\": \"switch\"}'", 1,
+       "moe_aux_loss_type 'switch' is not one of hf, megatron"},
+      {"correctness_moe_hf_aux_loss_under_pp", "bb-correctness", kMoe + "backend.parallel.pp=2 num_microbatches=2", 1,
+       "the hf form of the router auxiliary loss couples every layer", 2},
   };
   for (const char* key : kFloatKeys) {
     std::string name = std::string("correctness_nan_") + key;
