@@ -17,8 +17,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 #include "tests/tools/tool_runner.h"
 
 namespace bb::test {
@@ -80,14 +79,9 @@ const fs::path& scratch() {
       fs::copy_file(fixtures + "qwen3_moe_fused/config.json", mixed / "config.json");
       fs::copy_file(fixtures + "qwen3_moe_fused/model.safetensors", mixed / "fused.safetensors");
       fs::copy_file(fixtures + "qwen3_moe_experts/model.safetensors", mixed / "experts.safetensors");
-      std::ifstream f(mixed / "fused.safetensors", std::ios::binary);
-      uint64_t header_len = 0;
-      f.read(reinterpret_cast<char*>(&header_len), 8);
-      std::string header(header_len, '\0');
-      f.read(header.data(), std::streamsize(header_len));
       std::string map;
-      for (const auto& [name, unused] : nlohmann::json::parse(header).items())
-        if (name != "__metadata__") map += "\"" + name + "\": \"fused.safetensors\", ";
+      for (const std::string& name : HFCheckpoint::open(fixtures + "qwen3_moe_fused").names())
+        map += "\"" + name + "\": \"fused.safetensors\", ";
       write(mixed / "model.safetensors.index.json",
             "{\"weight_map\": {" + map +
                 "\"model.layers.0.mlp.experts.0.gate_proj.weight\": \"experts.safetensors\"}}");

@@ -20,7 +20,7 @@ std::vector<double> capacity_keep_mask(const std::vector<double>& row_weights,
   size_t first = 0;
   for (int64_t count : rows_per_expert) {
     if (count > capacity) {
-      std::vector<size_t> rows(size_t(count));
+      std::vector<size_t> rows(static_cast<size_t>(count));
       std::iota(rows.begin(), rows.end(), first);
       std::stable_sort(rows.begin(), rows.end(),
                        [&](size_t a, size_t b) { return row_weights[a] > row_weights[b]; });
