@@ -77,14 +77,12 @@ const fs::path& scratch() {
       const fs::path mixed = d / "moe_mixed_layouts";
       fs::create_directories(mixed);
       fs::copy_file(fixtures + "qwen3_moe_fused/config.json", mixed / "config.json");
-      fs::copy_file(fixtures + "qwen3_moe_fused/model.safetensors", mixed / "fused.safetensors");
-      fs::copy_file(fixtures + "qwen3_moe_experts/model.safetensors", mixed / "experts.safetensors");
-      std::string map;
-      for (const std::string& name : HFCheckpoint::open(fixtures + "qwen3_moe_fused").names())
-        map += "\"" + name + "\": \"fused.safetensors\", ";
-      write(mixed / "model.safetensors.index.json",
-            "{\"weight_map\": {" + map +
-                "\"model.layers.0.mlp.experts.0.gate_proj.weight\": \"experts.safetensors\"}}");
+      const HFCheckpoint fused = HFCheckpoint::open(fixtures + "qwen3_moe_fused");
+      std::vector<std::pair<std::string, Tensor>> tensors;
+      for (const std::string& name : fused.names()) tensors.emplace_back(name, fused.get(name));
+      const std::string per_expert = "model.layers.0.mlp.experts.0.gate_proj.weight";
+      tensors.emplace_back(per_expert, HFCheckpoint::open(fixtures + "qwen3_moe_experts").get(per_expert));
+      save_hf_checkpoint(mixed.string(), tensors);
     }
     // An indexed dataset whose .idx is a folder.
     write(d / "ds_idx_is_dir.bin", "");
