@@ -115,7 +115,8 @@ std::vector<std::pair<std::string, double>> gather_named_values(dist::Communicat
 
 // Per-parameter gradient norms of the full (unsharded, dp-summed) gradient.
 // Expert parameters are summed over edp (each ep rank already holds its
-// experts' gradients of every ep rank's tokens) and gathered over ep; every
+// experts' gradients of every ep rank's tokens), their etp parts summed, and
+// gathered over ep; every
 // pipeline stage's parameters are gathered over pp (a tied embedding's copy
 // on the last stage holds the same summed gradient as the first stage's, and
 // counts once).
@@ -137,7 +138,7 @@ nlohmann::json per_param_grad_norms(Runtime& rt, ModelHandle& h, double& total_s
         data.all_reduce(g);
       }
       double sq = ops::sum_squares(g);
-      if (!p.replicated_over_tp()) sq = ps.tp().all_reduce_scalar(sq);
+      if (!p.replicated_over_tp()) sq = (expert ? ps.etp() : ps.tp()).all_reduce_scalar(sq);   // who splits it
       (expert ? experts : dense).emplace_back(p.name, sq);
     }
   }

@@ -12,7 +12,6 @@
 #include <initializer_list>
 
 #include "bumblebee/ops/cpu/cpu_ops.h"
-#include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/op_profile.h"
 
 #ifdef BB_WITH_CUDA
@@ -485,11 +484,6 @@ AttentionSpans self_spans(const Tensor& cu_seqlens, int64_t max_seqlen) {
   return {cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, AttentionMask::Causal};
 }
 
-bool is_self_attention(const AttentionSpans& spans) {
-  return spans.mask == AttentionMask::Causal && spans.cu_seqlens_q.raw() == spans.cu_seqlens_kv.raw() &&
-         spans.max_seqlen_q == spans.max_seqlen_kv;
-}
-
 void check_spans(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpans& spans) {
   expect_dim(op, q, "q", 3);
   expect_dim(op, k, "k", 3);
@@ -507,16 +501,6 @@ void check_spans(const char* op, const Tensor& q, const Tensor& k, const Tensor&
            spans.cu_seqlens_q.numel() - 1, " sequences but cu_seqlens_kv ", spans.cu_seqlens_kv.numel() - 1);
   BB_CHECK(spans.max_seqlen_q >= 0 && spans.max_seqlen_kv >= 0, op, ": max_seqlen_q ", spans.max_seqlen_q,
            " or max_seqlen_kv ", spans.max_seqlen_kv, " is negative");
-}
-
-// The CUDA backends run plain causal self-attention; ring attention's other
-// steps need a backend that takes separate q / kv ranges and a full mask.
-[[maybe_unused]] void check_cuda_can_do(const char* op, const AttentionSpans& spans) {
-  const AttentionBackend b = attention_backend();
-  BB_CHECK(is_self_attention(spans), op, ": the CUDA attention backend '",
-           b == AttentionBackend::Flash ? "flash" : b == AttentionBackend::Cudnn ? "cudnn" : "auto",
-           "' cannot do partial attention (mask ", attention_mask_name(spans.mask),
-           ", separate cu_seqlens_q / cu_seqlens_kv), which context parallelism needs; run cp > 1 on the CPU");
 }
 
 }  // namespace
@@ -576,10 +560,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     check_cu_seqlens_host(op, spans.cu_seqlens_kv, k.size(0), spans.max_seqlen_kv, "k");
     BB_DISPATCH_CPU(attention_forward, q, k, v, spans, scale, out, lse);
   }
-#ifdef BB_WITH_CUDA
-  check_cuda_can_do(op, spans);
-#endif
-  BB_DISPATCH_CUDA(attention_forward, q, k, v, spans.cu_seqlens_q, spans.max_seqlen_q, scale, out, lse);
+  BB_DISPATCH_CUDA(attention_forward, q, k, v, spans, scale, out, lse);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -603,11 +584,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
     check_cu_seqlens_host(op, spans.cu_seqlens_kv, k.size(0), spans.max_seqlen_kv, "k");
     BB_DISPATCH_CPU(attention_backward, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
   }
-#ifdef BB_WITH_CUDA
-  check_cuda_can_do(op, spans);
-#endif
-  BB_DISPATCH_CUDA(attention_backward, dout, q, k, v, out, lse, spans.cu_seqlens_q, spans.max_seqlen_q, scale, dq, dk,
-                   dv);
+  BB_DISPATCH_CUDA(attention_backward, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
 }
 
 void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Tensor& part_lse) {

@@ -119,9 +119,8 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 // against key/value sequence s (rows of cu_seqlens_kv in k, v [Tkv, Hkv, D]).
 // Causal aligns the diagonal bottom-right, as flash attention and cuDNN do:
 // query i of Lq sees keys j <= i + Lkv - Lq; None sees every key. A query row
-// that sees no key gets out 0 and lse -inf. The CPU op does every mode; the
-// CUDA backends run plain causal self-attention (one cu_seqlens for q and kv,
-// Causal) and reject the rest with an error naming the backend and the mask.
+// that sees no key gets out 0 and lse -inf. The CPU op and every CUDA
+// implementation (flash, cuDNN, the small-head kernel) do every mode.
 enum class AttentionMask { Causal, None };
 const char* attention_mask_name(AttentionMask mask);
 struct AttentionSpans {

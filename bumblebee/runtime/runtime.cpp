@@ -79,8 +79,7 @@ void check_backend(const RuntimeConfig& cfg) {
   const ParallelConfig& p = cfg.backend_cfg.parallel;
   for (auto [v, name] : {std::pair{p.tp, "tp"}, {p.pp, "pp"}, {p.cp, "cp"}, {p.ep, "ep"}, {p.vpp, "vpp"}})
     BB_CHECK(v >= 1, "backend.parallel.", name, " must be >= 1, got ", v);
-  BB_CHECK(p.etp == 0 || p.etp == 1 || p.etp == p.tp, "expert tensor parallelism (backend.parallel.etp = ", p.etp,
-           ") is not implemented yet; use etp = 1");
+  BB_CHECK(p.etp >= 0, "backend.parallel.etp must be >= 0 (0: same as tp), got ", p.etp);
   if (b == "ref") {
     BB_CHECK(p.tp == 1 && p.cp == 1, "backend=ref runs on one rank; backend.parallel.tp (", p.tp, ") and cp (", p.cp,
              ") must be 1");

@@ -17,7 +17,8 @@
 //   bb_cuda_ops --perf          time the GEMM, attention and memory-bound
 //                               kernels instead (test_backend_ops_perf.cpp)
 //
-// When the build has cuDNN attention, attention cases run under both
+// When the build has cuDNN attention, attention cases (plain causal
+// self-attention and the partial attention of ring attention) run under both
 // BB_ATTENTION_BACKEND=flash and =cudnn.
 #include <algorithm>
 #include <cmath>
@@ -28,6 +29,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bumblebee/core/device_memory.h"
@@ -629,6 +631,136 @@ void attention_cases(std::vector<Case>& cases) {
   }
 }
 
+// Partial attention, the step of ring attention: query sequence s against
+// key/value sequence s, causal (diagonal bottom-right) or unmasked.
+struct PartialAttentionShape {
+  std::vector<int64_t> seqlens_q, seqlens_kv;
+  int64_t heads_q, heads_kv, head_dim;
+  ops::AttentionMask mask;
+};
+
+std::string partial_attention_shape(const PartialAttentionShape& a) {
+  auto lens = [](const std::vector<int64_t>& ls) {
+    std::string out;
+    for (int64_t l : ls) out += (out.empty() ? "" : ",") + std::to_string(l);
+    return out;
+  };
+  return fmt("q=[%s] kv=[%s] Hq=%lld Hkv=%lld D=%lld %s", lens(a.seqlens_q).c_str(), lens(a.seqlens_kv).c_str(),
+             (long long)a.heads_q, (long long)a.heads_kv, (long long)a.head_dim, ops::attention_mask_name(a.mask));
+}
+
+// Offsets [0, l0, l0 + l1, ...] and the longest length.
+std::pair<std::vector<double>, int64_t> offsets_of(const std::vector<int64_t>& lens) {
+  std::vector<double> cu{0.0};
+  int64_t longest = 0;
+  for (int64_t l : lens) {
+    cu.push_back(cu.back() + double(l));
+    longest = std::max(longest, l);
+  }
+  return {cu, longest};
+}
+
+// lse compared on the rows that saw a key; a row that saw none (-inf on the
+// CPU) must be -inf on CUDA too, counted as "lse -inf rows" mismatches.
+std::vector<Check> compare_lse(const Pair& lse, double bound) {
+  const std::vector<double> gpu = lse.gpu.to_doubles(), cpu = lse.cpu.to_doubles();
+  double diff = 0.0, ref = 0.0, mismatches = 0.0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (cpu[i] == -INFINITY) {
+      mismatches += gpu[i] == -INFINITY ? 0.0 : 1.0;
+      continue;
+    }
+    if (!std::isfinite(gpu[i])) return {{"lse", std::numeric_limits<double>::infinity(), bound}};
+    diff += (gpu[i] - cpu[i]) * (gpu[i] - cpu[i]);
+    ref += cpu[i] * cpu[i];
+  }
+  return {{"lse", ref > 0.0 ? std::sqrt(diff / ref) : std::sqrt(diff), bound}, {"lse -inf rows", mismatches, 0.0}};
+}
+
+void add_partial_attention_cases(std::vector<Case>& cases, const std::string& backend, const std::string& label,
+                                 const PartialAttentionShape& a) {
+  const std::vector<double> cu_q = offsets_of(a.seqlens_q).first, cu_kv = offsets_of(a.seqlens_kv).first;
+  const int64_t max_q = offsets_of(a.seqlens_q).second, max_kv = offsets_of(a.seqlens_kv).second;
+  const int64_t tokens_q = int64_t(cu_q.back()), tokens_kv = int64_t(cu_kv.back());
+  const double scale = 1.0 / std::sqrt(double(a.head_dim));
+  const Shape q_shape{tokens_q, a.heads_q, a.head_dim}, kv_shape{tokens_kv, a.heads_kv, a.head_dim};
+  const ops::AttentionMask mask = a.mask;
+  const std::string shape = partial_attention_shape(a);
+  auto spans_of = [=](const Pair& q_offsets, const Pair& kv_offsets, bool gpu) {
+    return ops::AttentionSpans{gpu ? q_offsets.gpu : q_offsets.cpu, gpu ? kv_offsets.gpu : kv_offsets.cpu, max_q,
+                               max_kv, mask};
+  };
+  cases.push_back({"attention_partial_forward[" + label + "]", shape, [=](Generator& gen) {
+                     EnvOverride env("BB_ATTENTION_BACKEND", backend);
+                     Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, kv_shape, DType::BF16),
+                          v = random_pair(gen, kv_shape, DType::BF16);
+                     Pair cq = index_pair(cu_q, DType::I32), ckv = index_pair(cu_kv, DType::I32);
+                     Pair out = output_pair(q_shape, DType::BF16), lse = output_pair({tokens_q, a.heads_q}, DType::F32);
+                     cuda::attention_forward(q.gpu, k.gpu, v.gpu, spans_of(cq, ckv, true), scale, out.gpu, lse.gpu);
+                     ops::attention_forward(q.cpu, k.cpu, v.cpu, spans_of(cq, ckv, false), scale, out.cpu, lse.cpu);
+                     std::vector<Check> checks{compare("out", out, kBf16Bound)};
+                     for (const Check& c : compare_lse(lse, 1e-4)) checks.push_back(c);
+                     return checks;
+                   }});
+  cases.push_back({"attention_partial_backward[" + label + "]", shape, [=](Generator& gen) {
+                     EnvOverride env("BB_ATTENTION_BACKEND", backend);
+                     Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, kv_shape, DType::BF16),
+                          v = random_pair(gen, kv_shape, DType::BF16);
+                     Pair dout = random_pair(gen, q_shape, DType::BF16);
+                     Pair cq = index_pair(cu_q, DType::I32), ckv = index_pair(cu_kv, DType::I32);
+                     // As in the ring, out and lse are the merged ones: this partial's
+                     // from the CPU forward with lse raised by 0.5 (as if other
+                     // partials held 1 - e^-0.5 of the row's mass), so a kernel that
+                     // recomputed its own normaliser would fail.
+                     Tensor out_cpu = Tensor::empty(q_shape, DType::F32);
+                     Tensor lse_cpu = Tensor::empty({tokens_q, a.heads_q}, DType::F32);
+                     ops::attention_forward(q.cpu, k.cpu, v.cpu, spans_of(cq, ckv, false), scale, out_cpu, lse_cpu);
+                     std::vector<double> merged = lse_cpu.to_doubles();
+                     for (double& l : merged) l += 0.5;
+                     Pair out = pair_from_cpu(out_cpu, DType::BF16);
+                     Pair lse = pair_from_cpu(Tensor::from_doubles(merged, lse_cpu.shape(), DType::F32), DType::F32);
+                     Pair dq = output_pair(q_shape, DType::BF16), dk = output_pair(kv_shape, DType::BF16),
+                          dv = output_pair(kv_shape, DType::BF16);
+                     cuda::attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, spans_of(cq, ckv, true),
+                                              scale, dq.gpu, dk.gpu, dv.gpu);
+                     ops::attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, spans_of(cq, ckv, false),
+                                             scale, dq.cpu, dk.cpu, dv.cpu);
+                     return std::vector<Check>{compare("dq", dq, kBf16Bound), compare("dk", dk, kBf16Bound),
+                                               compare("dv", dv, kBf16Bound)};
+                   }});
+}
+
+// What ring attention asks of the op (primitive/parallel/ring_attention.cpp):
+// zigzag halves of equal length per sequence, causal on the diagonal step
+// and unmasked elsewhere; then q half or double the kv length (bottom-right
+// diagonal, so with q longer the first rows see no key), the small-head path,
+// GQA, head dims 64 and 128.
+void partial_attention_cases(std::vector<Case>& cases) {
+  using ops::AttentionMask;
+  struct Lens {
+    std::vector<int64_t> q, kv;
+    int64_t heads_q, heads_kv, head_dim;
+  };
+  const Lens lens[] = {
+      {{37, 20}, {37, 20}, 8, 2, 128},       {{64, 19, 1}, {64, 19, 1}, 4, 4, 64},
+      {{128}, {128}, 16, 8, 128},            {{100, 3}, {100, 3}, 8, 1, 64},
+      {{32, 20}, {64, 40}, 4, 2, 64},        {{64, 40}, {32, 20}, 4, 1, 128},
+      {{70, 5}, {140, 10}, 8, 2, 128},
+  };
+  const Lens small_head_lens[] = {{{13, 7}, {13, 7}, 6, 2, 12}, {{10, 4}, {5, 8}, 4, 2, 12}};
+  std::vector<std::string> backends = {"flash"};
+  if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
+  for (const std::string& backend : backends) {
+    for (AttentionMask mask : {AttentionMask::Causal, AttentionMask::None}) {
+      for (const Lens& l : lens)
+        add_partial_attention_cases(cases, backend, backend, {l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim, mask});
+      for (const Lens& l : small_head_lens)
+        add_partial_attention_cases(cases, backend, backend + "->small",
+                                    {l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim, mask});
+    }
+  }
+}
+
 // The log-sum-exp merge of ring attention on random partials; in a few rows
 // one side saw no key (lse -inf), so the other side passes through.
 void attention_merge_cases(std::vector<Case>& cases) {
@@ -908,6 +1040,7 @@ std::vector<Case> all_cases() {
   attention_merge_cases(cases);
   adamw_cases(cases);
   attention_cases(cases);
+  partial_attention_cases(cases);
   moe_cases(cases);
   moe_router_cases(cases);
   return cases;

@@ -91,6 +91,25 @@ TEST(RankLayout, ExpertGroupsWorld8Tp2Ep4Etp1) {
   EXPECT_EQ(group_ranks(l, GroupKind::EDP), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
 }
 
+// etp carved independently of tp (Megatron's expert RankGenerator with tp = etp,
+// order tp-ep-dp-pp): edp = world / (etp * ep * pp).
+TEST(RankLayout, ExpertGroupsWorld8Tp1Ep2Etp2) {
+  ParallelLayout l = resolve_layout(8, sizes(1, 1, 1, 2, 2));
+  EXPECT_EQ(l.dp, 8);
+  EXPECT_EQ(l.edp, 2);
+  EXPECT_EQ(group_ranks(l, GroupKind::ETP), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(group_ranks(l, GroupKind::EP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(group_ranks(l, GroupKind::EDP), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+}
+
+TEST(RankLayout, ExpertGroupsWorld8Tp2Ep4Etp2) {
+  ParallelLayout l = resolve_layout(8, sizes(2, 1, 1, 4, 2));
+  EXPECT_EQ(l.dp, 4);
+  EXPECT_EQ(l.edp, 1);
+  EXPECT_EQ(group_ranks(l, GroupKind::ETP), group_ranks(l, GroupKind::TP));
+  EXPECT_EQ(group_ranks(l, GroupKind::EP), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+}
+
 TEST(RankLayout, ExpertGroupsWorld8Tp2Ep2EtpDefaultPp2) {
   ParallelLayout l = resolve_layout(8, sizes(2, 1, 2, 2));
   EXPECT_EQ(l.etp, 2);

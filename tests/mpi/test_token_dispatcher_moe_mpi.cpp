@@ -1,13 +1,17 @@
-// TokenDispatcher under mpirun (2, 4 and 8 ranks), at every ep that divides
-// the world and the 8 experts: dispatch puts each local expert's rows
-// together (from every rank, in rank order), combine restores the input
-// exactly, and the two are each other's adjoints (so the MoE block's
-// backward, which runs them in reverse, restores the gradient); an ep that
-// does not divide the expert count is an error on every rank.
+// TokenDispatcher under mpirun (2, 4 and 8 ranks), at every ep x etp that
+// divides the world (and ep the 8 experts): dispatch puts each local expert's
+// rows together (from every etp rank of the group, then every source rank of
+// its ep group, in rank order), combine sums the etp copies back onto the
+// input (etp x the input when every etp rank hands back the same rows, the
+// input itself when one does and the others hand back zeros), and the two
+// are each other's adjoints (so the MoE block's backward, which runs them in
+// reverse, restores the gradient); an ep that does not divide the expert
+// count is an error on every rank.
 #include <gtest/gtest.h>
 
 #include "bumblebee/core/rng.h"
 #include "bumblebee/distributed/parallel_state.h"
+#include "bumblebee/distributed/rank_layout.h"
 #include "bumblebee/distributed/world.h"
 #include "bumblebee/primitive/modules/moe/token_dispatcher.h"
 
@@ -47,47 +51,61 @@ double dot(const Tensor& a, const Tensor& b) {
   return s;
 }
 
-TEST(TokenDispatcherMpi, RoundTripAtEveryEp) {
+// The world ranks of the group of `kind` that holds `world_rank`, in group-rank order.
+std::vector<int> group_of(const dist::ParallelLayout& layout, dist::GroupKind kind, int world_rank) {
+  const std::vector<std::vector<int>> groups = dist::group_ranks(layout, kind);
+  return groups[size_t(dist::find_group(groups, world_rank).group_index)];
+}
+
+TEST(TokenDispatcherMpi, RoundTripAtEveryEpAndEtp) {
   dist::World& world = dist::World::instance();
-  for (int ep = 2; ep <= world.size(); ep *= 2) {
-    if (world.size() % ep != 0 || kExperts % ep != 0) continue;
-    auto ps = dist::ParallelState::create(world, {1, 1, ep, 0, 1});
-    dist::Communicator& comm = ps->ep();
-    const TokenDispatcher d(comm, kExperts);
-    const int me = comm.rank();
-    ASSERT_EQ(d.local_experts(), kExperts / ep);
-    std::vector<int64_t> per_expert;
-    const Tensor x = rows_of_rank(me, per_expert);
-    const TokenDispatcher::Plan plan = d.plan(per_expert);
-    const Tensor local = d.dispatch(plan, x);
+  for (int etp = 1; etp <= world.size(); etp *= 2)
+    for (int ep = 1; ep * etp <= world.size(); ep *= 2) {
+      if (ep * etp == 1 || world.size() % (ep * etp) != 0 || kExperts % ep != 0) continue;
+      const std::string tag = "ep " + std::to_string(ep) + " etp " + std::to_string(etp);
+      auto ps = dist::ParallelState::create(world, {1, 1, ep, etp, 1});
+      const TokenDispatcher d(ps->ep(), ps->etp(), kExperts);
+      ASSERT_EQ(d.local_experts(), kExperts / ep) << tag;
+      std::vector<int64_t> per_expert;
+      const Tensor x = rows_of_rank(world.rank(), per_expert);
+      const TokenDispatcher::Plan plan = d.plan(per_expert);
+      const Tensor local = d.dispatch(plan, x);
 
-    // Local expert l's rows: every source rank's rows for it, in rank order.
-    const std::vector<double> got = local.to_doubles();
-    size_t at = 0;
-    for (int64_t l = 0; l < d.local_experts(); ++l) {
-      const int64_t e = d.first_local_expert() + l;
-      EXPECT_EQ(plan.local_offsets[size_t(l)], int64_t(at / kCols)) << "ep " << ep << " expert " << e;
-      for (int s = 0; s < comm.size(); ++s)
-        for (int64_t k = 0; k < rows_for(s, e); ++k)
-          for (int64_t c = 0; c < kCols; ++c, ++at)
-            ASSERT_EQ(got[at], row_value(s, e, k, c)) << "ep " << ep << " expert " << e << " from rank " << s;
+      // Local expert l's rows: for each rank t of this rank's etp group, the
+      // rows of every rank of t's ep group for it, in rank order.
+      const std::vector<double> got = local.to_doubles();
+      size_t at = 0;
+      for (int64_t l = 0; l < d.local_experts(); ++l) {
+        const int64_t e = d.first_local_expert() + l;
+        EXPECT_EQ(plan.local_offsets[size_t(l)], int64_t(at / kCols)) << tag << " expert " << e;
+        for (int t : group_of(ps->layout(), dist::GroupKind::ETP, world.rank()))
+          for (int s : group_of(ps->layout(), dist::GroupKind::EP, t))
+            for (int64_t k = 0; k < rows_for(s, e); ++k)
+              for (int64_t c = 0; c < kCols; ++c, ++at)
+                ASSERT_EQ(got[at], row_value(s, e, k, c)) << tag << " expert " << e << " from rank " << s;
+      }
+      EXPECT_EQ(at, got.size()) << tag;
+      // etp copies summed: exact up to the rounding of the sums.
+      const std::vector<double> x_values = x.to_doubles(), summed = d.combine(plan, local).to_doubles();
+      ASSERT_EQ(summed.size(), x_values.size()) << tag;
+      for (size_t i = 0; i < summed.size(); ++i) EXPECT_NEAR(summed[i], etp * x_values[i], 1e-12 * etp * 1e5) << tag;
+      const Tensor one_part = ps->etp_rank() == 0 ? local : Tensor::zeros(local.shape(), local.dtype());
+      EXPECT_EQ(d.combine(plan, one_part).to_doubles(), x.to_doubles()) << tag;
+
+      // <dispatch(a), b> = <a, combine(b)>, summed over the world.
+      const Tensor a = random_like(x.size(0), 11 + uint64_t(world.rank()));
+      const Tensor b = random_like(local.size(0), 31 + uint64_t(world.rank()));
+      const double lhs = ps->world().all_reduce_scalar(dot(d.dispatch(plan, a), b));
+      const double rhs = ps->world().all_reduce_scalar(dot(a, d.combine(plan, b)));
+      EXPECT_NEAR(lhs, rhs, 1e-12 * std::abs(rhs)) << tag;
     }
-    EXPECT_EQ(at, got.size());
-    EXPECT_EQ(d.combine(plan, local).to_doubles(), x.to_doubles()) << "ep " << ep;
-
-    // <dispatch(a), b> = <a, combine(b)>, summed over the group.
-    const Tensor a = random_like(x.size(0), 11 + uint64_t(me)), b = random_like(local.size(0), 31 + uint64_t(me));
-    const double lhs = comm.all_reduce_scalar(dot(d.dispatch(plan, a), b));
-    const double rhs = comm.all_reduce_scalar(dot(a, d.combine(plan, b)));
-    EXPECT_NEAR(lhs, rhs, 1e-12 * std::abs(rhs)) << "ep " << ep;
-  }
 }
 
 TEST(TokenDispatcherMpi, EpNotDividingExpertsFailsOnEveryRank) {
   dist::World& world = dist::World::instance();
   auto ps = dist::ParallelState::create(world, {1, 1, 2, 0, 1});
   try {
-    TokenDispatcher d(ps->ep(), 3);
+    TokenDispatcher d(ps->ep(), ps->etp(), 3);
     FAIL() << "ep 2 with 3 experts was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("backend.parallel.ep = 2 does not divide the model's 3 experts"),

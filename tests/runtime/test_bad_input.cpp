@@ -203,7 +203,8 @@ TEST_F(BrokenFixture, LaterFeaturesAreClearErrors) {
       {[](BBConfig& b) { b.parallel.cp = 2; }, "world size 1 is not divisible by tp*cp*pp = 2 (tp 1, cp 2, pp 1)"},
       // One rank cannot hold ep = 2 (a dense model with ep > 1 on ranks that can: tests/tools/test_expert_parallel_parity.cpp).
       {[](BBConfig& b) { b.parallel.ep = 2; }, "is not divisible by etp*ep = 2 (etp 1, ep 2)"},
-      {[](BBConfig& b) { b.parallel.etp = 2; }, "expert tensor parallelism (backend.parallel.etp = 2) is not implemented yet"},
+      // One rank cannot hold etp = 2 (etp runs: tests/tools/test_expert_parallel_parity.cpp).
+      {[](BBConfig& b) { b.parallel.etp = 2; }, "is not divisible by etp*ep = 2 (etp 2, ep 1)"},
       {[](BBConfig& b) { b.optimizer.offload_fraction = 0.5; }, "optimizer.offload_fraction is not implemented yet"},
   };
   for (const auto& [edit, message] : cases) {

@@ -153,7 +153,9 @@ void Decoder::grads_ready(size_t first, size_t end, const GradReadyFn& on_grad_r
   for (size_t i = first; i < end; ++i) {
     Parameter& p = store_.params()[i];
     if (!p.requires_grad()) continue;
-    if (p.replicated_over_tp()) tp.reduce_replicated_grad(p.grad);
+    // Expert parameters are not replicated over tp: each rank's are whole
+    // gradients of the rows its etp group computed (SparseMoE), summed over edp only.
+    if (p.replicated_over_tp() && p.cls != ParamClass::Expert) tp.reduce_replicated_grad(p.grad);
     on_grad_ready(p);
   }
 }

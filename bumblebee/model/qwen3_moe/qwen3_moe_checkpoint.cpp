@@ -34,9 +34,11 @@ void check_shape(const HFCheckpoint& ckpt, const std::string& name, const Shape&
 ExpertRange qwen3_moe_held_experts(const ParamStore& store, const Qwen3MoeConfig& cfg) {
   // Expert parameters are named model.layers.{i}.mlp.experts.{e}.*: read e.
   int64_t lo = cfg.num_experts, hi = -1;
+  bool split = false;
   const std::string marker = ".mlp.experts.";
   for (const Parameter& p : store.params()) {
     if (p.cls != ParamClass::Expert) continue;
+    split = split || !p.replicated_over_tp();
     const size_t at = p.name.find(marker);
     BB_CHECK(at != std::string::npos, "expert parameter '", p.name, "' is not named like an HF qwen3_moe expert");
     const int64_t e = std::stoll(p.name.substr(at + marker.size()));
@@ -44,7 +46,7 @@ ExpertRange qwen3_moe_held_experts(const ParamStore& store, const Qwen3MoeConfig
     hi = std::max(hi, e);
   }
   if (hi < 0) return {0, cfg.num_experts};   // a chunk without MoE layers
-  return {lo, hi - lo + 1};
+  return {lo, hi - lo + 1, split};
 }
 
 CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg, const ExpertRange& experts) {
@@ -61,15 +63,18 @@ CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg, const 
     }
     if (rule.hf_name != mlp_prefix(rule.layer) + "gate_proj.weight") continue;   // the MoE rules replace all three
     const int64_t i = rule.layer;
-    auto add = [&m, i](const std::string& name) {
-      m.rules.push_back({name, name, ModelPart::Layer, i, ShardKind::Replicated});
+    auto add = [&m, i](const std::string& name, ShardKind split) {
+      m.rules.push_back({name, name, ModelPart::Layer, i, split});
     };
-    add(mlp_prefix(i) + "gate.weight");
+    add(mlp_prefix(i) + "gate.weight", ShardKind::Replicated);
     for (int64_t e = 0; e < cfg.num_experts; ++e)
       for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
         const std::string name = expert_prefix(i, e) + proj + ".weight";
+        const ShardKind split = !experts.ffn_split                   ? ShardKind::Replicated
+                                : std::string(proj) == "down_proj" ? ShardKind::Row
+                                                                     : ShardKind::Column;
         if (experts.holds(e))
-          add(name);
+          add(name, split);
         else
           m.ignored.push_back(name);   // another ep rank's expert
       }
@@ -103,8 +108,8 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
     load_mapped_weights(store, ckpt, mapping, range);
     return;
   }
-  // Some layer is fused: the experts are sliced here, the other tensors load
-  // whole (MoE models run with tp = 1) under the same checks as load_mapped_weights.
+  // Some layer is fused: the experts are sliced here (then split over etp),
+  // the other tensors load (split over tp) under the same checks as load_mapped_weights.
   std::set<std::string> known(mapping.ignored.begin(), mapping.ignored.end()), loaded;
   for (const WeightRule& rule : mapping.rules) {
     known.insert(rule.hf_name);
@@ -113,7 +118,7 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
     check_shape(ckpt, rule.hf_name, p.full_shape);
     const Tensor full = ckpt.get(rule.hf_name);
     check_loadable_weight(rule.hf_name, full);
-    p.value.copy_from(full);
+    p.value.copy_from(shard_of_full(p, full));
     loaded.insert(p.name);
   }
   const int64_t e_count = cfg.num_experts, h = cfg.dense.hidden_size, f = cfg.moe_intermediate_size;
@@ -131,9 +136,13 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
     const Tensor down = down_full.view({e_count * h, f});
     for (int64_t e = experts.first; e < experts.first + experts.count; ++e) {
       const std::string p = expert_prefix(i, e);
-      param_named(store, p + "gate_proj.weight").value.copy_from(gu.narrow(e * 2 * f, f));
-      param_named(store, p + "up_proj.weight").value.copy_from(gu.narrow(e * 2 * f + f, f));
-      param_named(store, p + "down_proj.weight").value.copy_from(down.narrow(e * h, h));
+      auto load = [&](const std::string& name, const Tensor& full) {
+        Parameter& prm = param_named(store, name);
+        prm.value.copy_from(shard_of_full(prm, full.clone()));
+      };
+      load(p + "gate_proj.weight", gu.narrow(e * 2 * f, f));
+      load(p + "up_proj.weight", gu.narrow(e * 2 * f + f, f));
+      load(p + "down_proj.weight", down.narrow(e * h, h));
       for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) loaded.insert(p + proj + ".weight");
     }
   }
@@ -147,24 +156,28 @@ void export_qwen3_moe_weights(ParamStore& store, ParallelContext& pc, const Qwen
                               const LayerRange& range, const WeightSink& sink) {
   const ExpertRange held = qwen3_moe_held_experts(store, cfg);
   CheckpointMapping local = qwen3_moe_checkpoint_mapping(cfg, held);
-  if (held.count == cfg.num_experts) {
-    export_mapped_weights(store, pc.tp(), local, range, sink);
-    return;
-  }
   std::erase_if(local.rules, is_expert_rule);
   export_mapped_weights(store, pc.tp(), local, range, sink);
   dist::Communicator& ep = pc.ep();
+  const char* projs[] = {"gate_proj", "up_proj", "down_proj"};
   for (int64_t i = 0; i < cfg.dense.num_layers; ++i) {
     if (!cfg.is_moe_layer(i) || !range.holds_layer(i)) continue;
+    // This rank's experts whole (gathered over etp), on the parameters' device for the ep broadcast.
+    std::vector<Tensor> mine;
+    for (int64_t e = held.first; e < held.first + held.count; ++e)
+      for (const char* proj : projs) {
+        const Parameter& p = param_named(store, expert_prefix(i, e) + proj + ".weight");
+        mine.push_back(gather_full(p, pc.etp()).to(p.value.device()));
+      }
     for (int64_t e = 0; e < cfg.num_experts; ++e)
-      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-        const std::string name = expert_prefix(i, e) + proj + ".weight";
+      for (int64_t j = 0; j < 3; ++j) {
+        const std::string name = expert_prefix(i, e) + projs[j] + ".weight";
         const int owner = int(e / held.count);
         // Every expert of a layer has the same shape: this rank's first one is the template.
-        const Parameter& mine = param_named(store, expert_prefix(i, held.first) + proj + ".weight");
-        Tensor t = owner == ep.rank() ? param_named(store, name).value.clone()
-                                      : Tensor::empty(mine.value.shape(), mine.value.dtype(), mine.value.device());
-        ep.broadcast(t, owner);
+        const Tensor& first = mine[size_t(j)];
+        Tensor t = owner == ep.rank() ? mine[size_t((e - held.first) * 3 + j)]
+                                      : Tensor::empty(first.shape(), first.dtype(), first.device());
+        if (ep.size() > 1) ep.broadcast(t, owner);
         sink(name, t);
       }
   }

@@ -9,13 +9,16 @@
 //   model.layers.{i}.mlp.experts.down_proj                [E, H, I]
 // Native parameters are per expert under the hub names. Loading accepts
 // either layout per layer (a layer holding both is an error naming it);
-// export writes the per-expert layout. Everything is whole (tp = 1).
+// export writes the per-expert layout. Dense tensors are split over tp as
+// the dense models' are.
 //
 // With expert parallelism a chunk holds one contiguous block of experts per
 // MoE layer (ExpertRange): its mapping has rules for those experts only and
 // lists the other experts' tensors as ignored, so loading picks the chunk's
-// experts from either layout and still checks the whole checkpoint; export
-// gathers every expert over the ep group.
+// experts from either layout and still checks the whole checkpoint. With
+// expert tensor parallelism each expert's gate_proj / up_proj rows and
+// down_proj columns are split over etp (Column / Row rules), from either
+// layout. Export gathers each expert over etp, then every expert over ep.
 #pragma once
 
 #include "bumblebee/model/qwen3_moe/qwen3_moe_config.h"
@@ -27,6 +30,7 @@ namespace bb {
 // The experts [first, first + count) a chunk holds in every MoE layer.
 struct ExpertRange {
   int64_t first = 0, count = 0;
+  bool ffn_split = false;   // etp > 1: gate/up split by rows (Column), down by columns (Row)
   bool holds(int64_t e) const { return e >= first && e < first + count; }
 };
 
@@ -42,9 +46,9 @@ bool qwen3_moe_layer_is_fused(const HFCheckpoint& ckpt, const Qwen3MoeConfig& cf
 void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg,
                             const LayerRange& range);
 
-// Export in the per-expert layout. With ep > 1 every expert tensor is
-// broadcast over the ep group from the rank holding it, so each rank's sink
-// sees all experts (a collective: every ep rank calls it).
+// Export in the per-expert layout. Each expert is gathered over etp, and with
+// ep > 1 broadcast over the ep group from the rank holding it, so each rank's
+// sink sees all experts whole (a collective: every rank of the stage calls it).
 void export_qwen3_moe_weights(ParamStore& store, ParallelContext& pc, const Qwen3MoeConfig& cfg,
                               const LayerRange& range, const WeightSink& sink);
 

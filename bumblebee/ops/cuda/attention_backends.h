@@ -3,31 +3,40 @@
 // plain kernel for the shapes those two do not take.
 //
 // attention.cpp checks every argument once and then calls one of these, so
-// they take validated tensors (bf16 q/k/v/out, fp32 lse, int32 cu_seqlens on
-// the device). Flash and cuDNN also need a head dimension that is a multiple
-// of 8 up to 128 and tensors that start on a 16-byte boundary.
+// they take validated tensors (bf16 q/k/v/out, fp32 lse, int32 cu_seqlens_q
+// and cu_seqlens_kv on the device). Flash and cuDNN also need a head dimension
+// that is a multiple of 8 up to 128 and tensors that start on a 16-byte
+// boundary.
+//
+// Every implementation takes the partial attention of ops.h: query sequence s
+// (rows cu_seqlens_q[s].. of q) against key/value sequence s (rows
+// cu_seqlens_kv[s].. of k, v), with the causal diagonal aligned bottom-right
+// (query i of Lq sees keys j <= i + Lkv - Lq) or no mask. A query row that
+// sees no key gets out 0 and lse -inf; backward gives such a row dq 0.
+// Plain causal self-attention is the case of one cu_seqlens for both.
 #pragma once
 
 #include <cstdint>
 
 #include "bumblebee/core/tensor.h"
+#include "bumblebee/ops/ops.h"
 
 namespace bb::cuda {
 
-void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                             int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
+void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
+                             double scale, Tensor& out, Tensor& lse);
 void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
-                              double scale, Tensor& dq, Tensor& dk, Tensor& dv);
+                              const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale,
+                              Tensor& dq, Tensor& dk, Tensor& dv);
 
 // attention_cudnn.cpp. In builds without cudnn-frontend and libcudnn,
 // cudnn_attention_built() is false and the other two throw saying so.
 bool cudnn_attention_built();
-void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                             int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
+void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
+                             double scale, Tensor& out, Tensor& lse);
 void cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
-                              double scale, Tensor& dq, Tensor& dk, Tensor& dv);
+                              const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale,
+                              Tensor& dq, Tensor& dk, Tensor& dv);
 
 // attention_small.cu: one warp per row, fp32 scalar math, for any head
 // dimension from 1 to kSmallAttentionMaxHeadDim and any bf16 alignment.
@@ -35,10 +44,10 @@ void cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
 // with head dimensions like 6, 10 or 12, or unaligned views). Backward zeroes
 // dq, dk, dv of tokens past the last sequence.
 constexpr int64_t kSmallAttentionMaxHeadDim = 256;
-void small_head_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                                  int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
+void small_head_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
+                                  double scale, Tensor& out, Tensor& lse);
 void small_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
+                                   const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans,
                                    double scale, Tensor& dq, Tensor& dk, Tensor& dv);
 
 }  // namespace bb::cuda

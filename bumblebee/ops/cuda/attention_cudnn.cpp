@@ -1,14 +1,16 @@
 // cuDNN fused attention (SDPA) through the cudnn-frontend graph API, on the
 // packed THD layout: q, k, v, out stay [T, heads, D] and cuDNN reads each
 // sequence through ragged offsets (element offsets built on the device from
-// cu_seqlens), with per-sequence lengths as its padding mask and a top-left
-// causal diagonal. Forward writes lse [T, Hq] directly as ragged stats;
-// backward reads its stats in the padded [S, Hq, max_seqlen] layout, filled
-// from lse by a small kernel.
+// cu_seqlens_q and cu_seqlens_kv), with per-sequence query and key lengths as
+// its padding mask and, for the causal mask, the diagonal aligned bottom-right
+// per sequence (equal to top-left where the lengths are equal). Forward writes
+// lse [Tq, Hq] directly as ragged stats; backward reads its stats in the padded
+// [S, Hq, max_seqlen_q] layout, filled from lse by a small kernel.
 //
 // A cuDNN graph is built (heuristics, plan compilation) once per shape and
-// cached: the number of sequences, max_seqlen rounded up to a multiple of 64
-// (so nearby packings share a plan), heads, head dim, scale and device.
+// cached: the number of sequences, max_seqlen_q and max_seqlen_kv rounded up
+// to a multiple of 64 (so nearby packings share a plan), heads, head dim,
+// mask, scale and device.
 //
 // Built only when CMake found the cudnn-frontend headers and libcudnn
 // (BB_WITH_CUDNN); otherwise asking for it is an error that says so.
@@ -65,16 +67,17 @@ cudnnHandle_t handle_for_current_device() {
 }
 
 struct Shape4 {
-  int64_t seqs, seqlen, heads_q, heads_kv, dim;
-  std::vector<int64_t> q_dim() const { return {seqs, heads_q, seqlen, dim}; }
-  std::vector<int64_t> kv_dim() const { return {seqs, heads_kv, seqlen, dim}; }
+  int64_t seqs, seqlen_q, seqlen_kv, heads_q, heads_kv, dim;
+  bool causal;
+  std::vector<int64_t> q_dim() const { return {seqs, heads_q, seqlen_q, dim}; }
+  std::vector<int64_t> kv_dim() const { return {seqs, heads_kv, seqlen_kv, dim}; }
   // Token-major THD strides. With ragged offsets cuDNN places each sequence
   // by its offset, so the batch stride only has to be a valid dense value.
-  std::vector<int64_t> q_stride() const { return {seqlen * heads_q * dim, dim, heads_q * dim, 1}; }
-  std::vector<int64_t> kv_stride() const { return {seqlen * heads_kv * dim, dim, heads_kv * dim, 1}; }
+  std::vector<int64_t> q_stride() const { return {seqlen_q * heads_q * dim, dim, heads_q * dim, 1}; }
+  std::vector<int64_t> kv_stride() const { return {seqlen_kv * heads_kv * dim, dim, heads_kv * dim, 1}; }
 };
 
-using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, float>;
+using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, float>;
 
 std::mutex g_graphs_mutex;
 std::map<Key, std::shared_ptr<fe::graph::Graph>> g_graphs;
@@ -135,9 +138,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cu
                      .set_attn_scale(scale)
                      .set_padding_mask(true)
                      .set_seq_len_q(seq_lens(*g, "seq_len_q", kSeqLenQ, s.seqs))
-                     .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs))
-                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                     .set_diagonal_band_right_bound(0);
+                     .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs));
+  if (s.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT).set_diagonal_band_right_bound(0);
   auto [o, stats] = g->sdpa(q, k, v, options);
   o->set_output(true)
       .set_uid(kO)
@@ -148,8 +150,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cu
   stats->set_output(true)
       .set_uid(kStats)
       .set_data_type(fe::DataType_t::FLOAT)
-      .set_dim({s.seqs, s.heads_q, s.seqlen, 1})
-      .set_stride({s.seqlen * s.heads_q, 1, s.heads_q, 1})
+      .set_dim({s.seqs, s.heads_q, s.seqlen_q, 1})
+      .set_stride({s.seqlen_q * s.heads_q, 1, s.heads_q, 1})
       .set_ragged_offset(ragged_offsets(*g, "offset_stats", kOffsetStats, s.seqs));
   build(*g, handle);
   return g;
@@ -166,17 +168,16 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, c
   auto stats = g->tensor(fe::graph::Tensor_attributes()
                              .set_name("stats")
                              .set_uid(kStats)
-                             .set_dim({s.seqs, s.heads_q, s.seqlen, 1})
-                             .set_stride({s.heads_q * s.seqlen, s.seqlen, 1, 1})
+                             .set_dim({s.seqs, s.heads_q, s.seqlen_q, 1})
+                             .set_stride({s.heads_q * s.seqlen_q, s.seqlen_q, 1, 1})
                              .set_data_type(fe::DataType_t::FLOAT));
   auto options = fe::graph::SDPA_backward_attributes()
                      .set_name("attention_backward")
                      .set_attn_scale(scale)
                      .set_padding_mask(true)
                      .set_seq_len_q(seq_lens(*g, "seq_len_q", kSeqLenQ, s.seqs))
-                     .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs))
-                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                     .set_diagonal_band_right_bound(0);
+                     .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs));
+  if (s.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT).set_diagonal_band_right_bound(0);
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
   dq->set_output(true)
       .set_uid(kDQ)
@@ -198,7 +199,8 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, c
 }
 
 std::shared_ptr<fe::graph::Graph> cached_graph(bool backward, const Shape4& s, float scale, cudnnHandle_t handle) {
-  const Key key{current_device(), backward, s.seqs, s.seqlen, s.heads_q, s.heads_kv, s.dim, scale};
+  const Key key{current_device(), backward, s.seqs, s.seqlen_q, s.seqlen_kv, s.heads_q, s.heads_kv, s.dim, s.causal,
+                scale};
   std::lock_guard<std::mutex> lock(g_graphs_mutex);
   auto it = g_graphs.find(key);
   if (it == g_graphs.end())
@@ -206,28 +208,33 @@ std::shared_ptr<fe::graph::Graph> cached_graph(bool backward, const Shape4& s, f
   return it->second;
 }
 
-Shape4 shape_of(const Tensor& q, const Tensor& k, const Tensor& cu_seqlens, int64_t max_seqlen) {
-  const int64_t bucketed = (max_seqlen + kSeqlenBucket - 1) / kSeqlenBucket * kSeqlenBucket;
-  return {cu_seqlens.numel() - 1, bucketed, q.size(1), k.size(1), q.size(2)};
+int64_t bucketed(int64_t max_seqlen) { return (max_seqlen + kSeqlenBucket - 1) / kSeqlenBucket * kSeqlenBucket; }
+
+Shape4 shape_of(const Tensor& q, const Tensor& k, const ops::AttentionSpans& spans) {
+  return {spans.cu_seqlens_q.numel() - 1, bucketed(spans.max_seqlen_q), bucketed(spans.max_seqlen_kv),
+          q.size(1), k.size(1), q.size(2), spans.mask == ops::AttentionMask::Causal};
 }
 
-// Lengths and ragged offsets on the device: [S] int32 lengths, then [S + 1]
-// int64 offsets for q-shaped tensors, kv-shaped tensors and the stats.
+// Lengths and ragged offsets on the device: [S] int32 query and key lengths,
+// then [S + 1] int64 offsets for q-shaped tensors, kv-shaped tensors and the stats.
 struct Varlen {
-  Tensor lens, q_offsets, kv_offsets, stats_offsets;
+  Tensor lens_q, lens_kv, q_offsets, kv_offsets, stats_offsets;
 };
 
-Varlen varlen(const Tensor& cu_seqlens, const Shape4& s, cudaStream_t stream) {
+Varlen varlen(const ops::AttentionSpans& spans, const Shape4& s, cudaStream_t stream) {
   Varlen v;
-  const Device dev = cu_seqlens.device();
-  v.lens = Tensor::empty({s.seqs}, DType::I32, dev);
+  const Device dev = spans.cu_seqlens_q.device();
+  v.lens_q = Tensor::empty({s.seqs}, DType::I32, dev);
+  v.lens_kv = Tensor::empty({s.seqs}, DType::I32, dev);
   v.q_offsets = Tensor::empty({s.seqs + 1}, DType::I64, dev);
   v.kv_offsets = Tensor::empty({s.seqs + 1}, DType::I64, dev);
   v.stats_offsets = Tensor::empty({s.seqs + 1}, DType::I64, dev);
-  cudnn_varlen_metadata(static_cast<const int32_t*>(cu_seqlens.raw()), int(s.seqs), s.heads_q * s.dim,
-                        s.heads_kv * s.dim, s.heads_q, static_cast<int32_t*>(v.lens.raw()),
-                        static_cast<int64_t*>(v.q_offsets.raw()), static_cast<int64_t*>(v.kv_offsets.raw()),
-                        static_cast<int64_t*>(v.stats_offsets.raw()), stream);
+  cudnn_varlen_metadata(static_cast<const int32_t*>(spans.cu_seqlens_q.raw()),
+                        static_cast<const int32_t*>(spans.cu_seqlens_kv.raw()), int(s.seqs), s.heads_q * s.dim,
+                        s.heads_kv * s.dim, s.heads_q, static_cast<int32_t*>(v.lens_q.raw()),
+                        static_cast<int32_t*>(v.lens_kv.raw()), static_cast<int64_t*>(v.q_offsets.raw()),
+                        static_cast<int64_t*>(v.kv_offsets.raw()), static_cast<int64_t*>(v.stats_offsets.raw()),
+                        stream);
   return v;
 }
 
@@ -242,15 +249,15 @@ void execute(fe::graph::Graph& g, cudnnHandle_t handle, std::unordered_map<int64
 
 bool cudnn_attention_built() { return true; }
 
-void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                             int64_t max_seqlen, double scale, Tensor& out, Tensor& lse) {
+void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
+                             double scale, Tensor& out, Tensor& lse) {
   cudnnHandle_t handle = handle_for_current_device();
-  const Shape4 s = shape_of(q, k, cu_seqlens, max_seqlen);
+  const Shape4 s = shape_of(q, k, spans);
   auto g = cached_graph(false, s, float(scale), handle);
-  Varlen meta = varlen(cu_seqlens, s, current_stream());
+  Varlen meta = varlen(spans, s, current_stream());
   std::unordered_map<int64_t, void*> pack = {
       {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kStats, lse.raw()},
-      {kSeqLenQ, meta.lens.raw()}, {kSeqLenKV, meta.lens.raw()},
+      {kSeqLenQ, meta.lens_q.raw()}, {kSeqLenKV, meta.lens_kv.raw()},
       {kOffsetQ, meta.q_offsets.raw()}, {kOffsetK, meta.kv_offsets.raw()}, {kOffsetV, meta.kv_offsets.raw()},
       {kOffsetO, meta.q_offsets.raw()}, {kOffsetStats, meta.stats_offsets.raw()},
   };
@@ -258,20 +265,20 @@ void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 }
 
 void cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
-                              double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+                              const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale,
+                              Tensor& dq, Tensor& dk, Tensor& dv) {
   cudnnHandle_t handle = handle_for_current_device();
-  const Shape4 s = shape_of(q, k, cu_seqlens, max_seqlen);
+  const Shape4 s = shape_of(q, k, spans);
   auto g = cached_graph(true, s, float(scale), handle);
   cudaStream_t stream = current_stream();
-  Varlen meta = varlen(cu_seqlens, s, stream);
-  Tensor stats = Tensor::empty({s.seqs, s.heads_q, s.seqlen}, DType::F32, q.device());
-  lse_to_padded_stats(static_cast<const float*>(lse.raw()), static_cast<const int32_t*>(cu_seqlens.raw()),
-                      int(s.seqs), int(s.heads_q), int(s.seqlen), static_cast<float*>(stats.raw()), stream);
+  Varlen meta = varlen(spans, s, stream);
+  Tensor stats = Tensor::empty({s.seqs, s.heads_q, s.seqlen_q}, DType::F32, q.device());
+  lse_to_padded_stats(static_cast<const float*>(lse.raw()), static_cast<const int32_t*>(spans.cu_seqlens_q.raw()),
+                      int(s.seqs), int(s.heads_q), int(s.seqlen_q), static_cast<float*>(stats.raw()), stream);
   std::unordered_map<int64_t, void*> pack = {
       {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kDO, dout.raw()}, {kStats, stats.raw()},
       {kDQ, dq.raw()}, {kDK, dk.raw()}, {kDV, dv.raw()},
-      {kSeqLenQ, meta.lens.raw()}, {kSeqLenKV, meta.lens.raw()},
+      {kSeqLenQ, meta.lens_q.raw()}, {kSeqLenKV, meta.lens_kv.raw()},
       {kOffsetQ, meta.q_offsets.raw()}, {kOffsetK, meta.kv_offsets.raw()}, {kOffsetV, meta.kv_offsets.raw()},
       {kOffsetO, meta.q_offsets.raw()}, {kOffsetDO, meta.q_offsets.raw()}, {kOffsetDQ, meta.q_offsets.raw()},
       {kOffsetDK, meta.kv_offsets.raw()}, {kOffsetDV, meta.kv_offsets.raw()},
@@ -293,13 +300,13 @@ namespace {
 
 bool cudnn_attention_built() { return false; }
 
-void cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, double, Tensor&,
+void cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, const ops::AttentionSpans&, double, Tensor&,
                              Tensor&) {
   not_built();
 }
 
 void cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&, const Tensor&, int64_t, double, Tensor&, Tensor&, Tensor&) {
+                              const Tensor&, const ops::AttentionSpans&, double, Tensor&, Tensor&, Tensor&) {
   not_built();
 }
 

@@ -8,12 +8,13 @@
 // as single bf16 elements (so only bf16's 2-byte alignment is needed), and a
 // dot product with another row is a warp_sum, which leaves the same value in
 // every lane. Nothing is quadratic in memory and there are no atomics:
-//   forward: a warp per (query, head) walks keys 0..query with an online
-//            softmax (running max and sum, rescaling the output).
+//   forward: a warp per (query, head) walks the keys the query sees (with the
+//            causal mask up to its bottom-right diagonal, else all) with an
+//            online softmax (running max and sum, rescaling the output).
 //   backward: dsum = rowsum(dO * O) first; then a warp per (query, head)
 //            recomputes p = exp(scale q.k - lse) for each key to sum dQ, and
 //            a warp per (key, kv head) walks every query head of its group
-//            and every query at or after the key to sum dK and dV. Both read
+//            and every query that sees the key to sum dK and dV. Both read
 //            K/V of kv head h / (Hq / Hkv), so grouped-query attention never
 //            repeats K/V, and the sums run in a fixed order (deterministic).
 #include <type_traits>
@@ -28,23 +29,41 @@ constexpr int kWarps = 4;  // rows per block
 constexpr int kThreads = kWarps * 32;
 
 struct SmallParams {
-  const bf16* q;  // [T, Hq, d]
-  const bf16* k;  // [T, Hkv, d]
-  const bf16* v;  // [T, Hkv, d]
-  const int* cu_seqlens;  // [S + 1]
+  const bf16* q;  // [Tq, Hq, d]
+  const bf16* k;  // [Tkv, Hkv, d]
+  const bf16* v;  // [Tkv, Hkv, d]
+  const int* cu_seqlens_q;   // [S + 1]
+  const int* cu_seqlens_kv;  // [S + 1]
+  bool causal;  // query i of Lq sees keys j <= i + Lkv - Lq; else every key
   int heads_q, heads_kv, head_dim;
   float scale;
   // forward
-  bf16* out;   // [T, Hq, d]
-  float* lse;  // [T, Hq]
+  bf16* out;   // [Tq, Hq, d]
+  float* lse;  // [Tq, Hq]
   // backward
-  const bf16* dout;      // [T, Hq, d]
-  const float* lse_in;   // [T, Hq]
-  const float* dsum;     // [T, Hq]: rowsum(dout * out)
-  bf16* dq;              // [T, Hq, d]
-  bf16* dk;              // [T, Hkv, d]
+  const bf16* dout;      // [Tq, Hq, d]
+  const float* lse_in;   // [Tq, Hq]
+  const float* dsum;     // [Tq, Hq]: rowsum(dout * out)
+  bf16* dq;              // [Tq, Hq, d]
+  bf16* dk;              // [Tkv, Hkv, d]
   bf16* dv;
 };
+
+// Sequence `seq`'s rows in q and in k/v.
+struct SeqRange {
+  int q_start, len_q, kv_start, len_kv;
+  // The end of the keys query row `row` sees.
+  __device__ int key_end(int row, bool causal) const {
+    return causal ? max(0, min(len_kv, row + len_kv - len_q + 1)) : len_kv;
+  }
+  // The first query row that sees key `key`.
+  __device__ int first_query(int key, bool causal) const { return causal ? max(0, key - (len_kv - len_q)) : 0; }
+};
+
+__device__ __forceinline__ SeqRange seq_range(const SmallParams& p, int seq) {
+  const int q_start = p.cu_seqlens_q[seq], kv_start = p.cu_seqlens_kv[seq];
+  return {q_start, p.cu_seqlens_q[seq + 1] - q_start, kv_start, p.cu_seqlens_kv[seq + 1] - kv_start};
+}
 
 // This lane's columns of a row; columns past head_dim read as 0.
 template <int C>
@@ -79,17 +98,17 @@ template <int C>
 __global__ void __launch_bounds__(kThreads) small_forward_kernel(const SmallParams p) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int head = blockIdx.y, seq = blockIdx.z;
-  const int start = p.cu_seqlens[seq];
-  const int len = p.cu_seqlens[seq + 1] - start;
-  if (row >= len) return;  // the whole warp leaves together
+  const int head = blockIdx.y;
+  const SeqRange sr = seq_range(p, blockIdx.z);
+  if (row >= sr.len_q) return;  // the whole warp leaves together
 
   const int kv_head = head / (p.heads_q / p.heads_kv);
   const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
   const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
-  const int64_t token = int64_t(start) + row;
-  const bf16* k = p.k + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
-  const bf16* v = p.v + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const int64_t token = int64_t(sr.q_start) + row;
+  const bf16* k = p.k + int64_t(sr.kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const bf16* v = p.v + int64_t(sr.kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const int key_end = sr.key_end(row, p.causal);
 
   float q[C], o[C];
   load_row(p.q + token * q_stride + int64_t(head) * p.head_dim, p.head_dim, lane, q);
@@ -97,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) small_forward_kernel(const SmallPara
   for (int c = 0; c < C; ++c) o[c] = 0.f;
   float row_max = -INFINITY, row_sum = 0.f;  // of the scaled scores, natural units
 
-  for (int key = 0; key <= row; ++key) {  // causal
+  for (int key = 0; key < key_end; ++key) {
     float kr[C], vr[C];
     load_row(k + int64_t(key) * kv_stride, p.head_dim, lane, kr);
     load_row(v + int64_t(key) * kv_stride, p.head_dim, lane, vr);
@@ -133,23 +152,23 @@ __global__ void small_dsum_kernel(const bf16* __restrict__ out, const bf16* __re
   }
 }
 
-// dQ: warp per (query row of sequence blockIdx.z, head blockIdx.y), over keys 0..row.
+// dQ: warp per (query row of sequence blockIdx.z, head blockIdx.y), over the
+// keys the row sees (none when its lse is -inf).
 template <int C>
 __global__ void __launch_bounds__(kThreads) small_dq_kernel(const SmallParams p) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int head = blockIdx.y, seq = blockIdx.z;
-  const int start = p.cu_seqlens[seq];
-  const int len = p.cu_seqlens[seq + 1] - start;
-  if (row >= len) return;
+  const int head = blockIdx.y;
+  const SeqRange sr = seq_range(p, blockIdx.z);
+  if (row >= sr.len_q) return;
 
   const int kv_head = head / (p.heads_q / p.heads_kv);
   const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
   const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
-  const int64_t token = int64_t(start) + row;
+  const int64_t token = int64_t(sr.q_start) + row;
   const int64_t q_offset = token * q_stride + int64_t(head) * p.head_dim;
-  const bf16* k = p.k + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
-  const bf16* v = p.v + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const bf16* k = p.k + int64_t(sr.kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const bf16* v = p.v + int64_t(sr.kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
 
   float q[C], dout[C], dq[C];
   load_row(p.q + q_offset, p.head_dim, lane, q);
@@ -158,8 +177,9 @@ __global__ void __launch_bounds__(kThreads) small_dq_kernel(const SmallParams p)
   for (int c = 0; c < C; ++c) dq[c] = 0.f;
   const float lse = p.lse_in[token * p.heads_q + head];
   const float dsum = p.dsum[token * p.heads_q + head];
+  const int key_end = lse == -INFINITY ? 0 : sr.key_end(row, p.causal);
 
-  for (int key = 0; key <= row; ++key) {
+  for (int key = 0; key < key_end; ++key) {
     float kr[C], vr[C];
     load_row(k + int64_t(key) * kv_stride, p.head_dim, lane, kr);
     load_row(v + int64_t(key) * kv_stride, p.head_dim, lane, vr);
@@ -172,20 +192,19 @@ __global__ void __launch_bounds__(kThreads) small_dq_kernel(const SmallParams p)
 }
 
 // dK, dV: warp per (key row of sequence blockIdx.z, kv head blockIdx.y), over
-// the group's query heads and the queries row..len-1 that see the key.
+// the group's query heads and the queries that see the key.
 template <int C>
 __global__ void __launch_bounds__(kThreads) small_dkdv_kernel(const SmallParams p) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int kv_head = blockIdx.y, seq = blockIdx.z;
-  const int start = p.cu_seqlens[seq];
-  const int len = p.cu_seqlens[seq + 1] - start;
-  if (row >= len) return;
+  const int kv_head = blockIdx.y;
+  const SeqRange sr = seq_range(p, blockIdx.z);
+  if (row >= sr.len_kv) return;
 
   const int group = p.heads_q / p.heads_kv;
   const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
   const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
-  const int64_t kv_offset = (int64_t(start) + row) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const int64_t kv_offset = (int64_t(sr.kv_start) + row) * kv_stride + int64_t(kv_head) * p.head_dim;
 
   float kr[C], vr[C], dk[C], dv[C];
   load_row(p.k + kv_offset, p.head_dim, lane, kr);
@@ -194,13 +213,15 @@ __global__ void __launch_bounds__(kThreads) small_dkdv_kernel(const SmallParams 
   for (int c = 0; c < C; ++c) dk[c] = dv[c] = 0.f;
 
   for (int head = kv_head * group; head < (kv_head + 1) * group; ++head) {
-    for (int query = row; query < len; ++query) {  // causal: queries at or after the key
-      const int64_t token = int64_t(start) + query;
+    for (int query = sr.first_query(row, p.causal); query < sr.len_q; ++query) {
+      const int64_t token = int64_t(sr.q_start) + query;
+      const float lse = p.lse_in[token * p.heads_q + head];
+      if (lse == -INFINITY) continue;  // a row that sees no key (the whole warp skips it)
       const int64_t q_offset = token * q_stride + int64_t(head) * p.head_dim;
       float q[C], dout[C];
       load_row(p.q + q_offset, p.head_dim, lane, q);
       load_row(p.dout + q_offset, p.head_dim, lane, dout);
-      const float prob = expf(warp_dot(q, kr) * p.scale - p.lse_in[token * p.heads_q + head]);
+      const float prob = expf(warp_dot(q, kr) * p.scale - lse);
       const float ds = prob * (warp_dot(dout, vr) - p.dsum[token * p.heads_q + head]);
 #pragma unroll
       for (int c = 0; c < C; ++c) {
@@ -213,12 +234,15 @@ __global__ void __launch_bounds__(kThreads) small_dkdv_kernel(const SmallParams 
   store_row(p.dv + kv_offset, p.head_dim, lane, dv, 1.f);
 }
 
-SmallParams params_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens, double scale) {
+SmallParams params_of(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
+                      double scale) {
   SmallParams p{};
   p.q = static_cast<const bf16*>(q.raw());
   p.k = static_cast<const bf16*>(k.raw());
   p.v = static_cast<const bf16*>(v.raw());
-  p.cu_seqlens = static_cast<const int*>(cu_seqlens.raw());
+  p.cu_seqlens_q = static_cast<const int*>(spans.cu_seqlens_q.raw());
+  p.cu_seqlens_kv = static_cast<const int*>(spans.cu_seqlens_kv.raw());
+  p.causal = spans.mask == ops::AttentionMask::Causal;
   p.heads_q = int(q.size(1));
   p.heads_kv = int(k.size(1));
   p.head_dim = int(q.size(2));
@@ -243,15 +267,15 @@ dim3 row_grid(int64_t max_seqlen, int heads, const Tensor& cu_seqlens) {
 
 }  // namespace
 
-void small_head_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                                  int64_t max_seqlen, double scale, Tensor& out, Tensor& lse) {
-  SmallParams p = params_of(q, k, v, cu_seqlens, scale);
+void small_head_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
+                                  double scale, Tensor& out, Tensor& lse) {
+  SmallParams p = params_of(q, k, v, spans, scale);
   p.out = static_cast<bf16*>(out.raw());
   p.lse = static_cast<float*>(lse.raw());
   BB_CHECK(p.head_dim <= kSmallAttentionMaxHeadDim, "small_head_attention_forward: head dimension ", p.head_dim,
            " is above ", kSmallAttentionMaxHeadDim);
   cudaStream_t stream = current_stream();
-  const dim3 grid = row_grid(max_seqlen, p.heads_q, cu_seqlens);
+  const dim3 grid = row_grid(spans.max_seqlen_q, p.heads_q, spans.cu_seqlens_q);
   dispatch_columns(p.head_dim, [&](auto columns) {
     small_forward_kernel<decltype(columns)::value><<<grid, kThreads, 0, stream>>>(p);
   });
@@ -259,9 +283,9 @@ void small_head_attention_forward(const Tensor& q, const Tensor& k, const Tensor
 }
 
 void small_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
+                                   const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans,
                                    double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
-  SmallParams p = params_of(q, k, v, cu_seqlens, scale);
+  SmallParams p = params_of(q, k, v, spans, scale);
   BB_CHECK(p.head_dim <= kSmallAttentionMaxHeadDim, "small_head_attention_backward: head dimension ", p.head_dim,
            " is above ", kSmallAttentionMaxHeadDim);
   const int64_t tokens = q.size(0);
@@ -287,9 +311,9 @@ void small_head_attention_backward(const Tensor& dout, const Tensor& q, const Te
   p.dv = static_cast<bf16*>(dv.raw());
   dispatch_columns(p.head_dim, [&](auto columns) {
     constexpr int C = decltype(columns)::value;
-    small_dq_kernel<C><<<row_grid(max_seqlen, p.heads_q, cu_seqlens), kThreads, 0, stream>>>(p);
+    small_dq_kernel<C><<<row_grid(spans.max_seqlen_q, p.heads_q, spans.cu_seqlens_q), kThreads, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH("small_head_attention_backward (dq)");
-    small_dkdv_kernel<C><<<row_grid(max_seqlen, p.heads_kv, cu_seqlens), kThreads, 0, stream>>>(p);
+    small_dkdv_kernel<C><<<row_grid(spans.max_seqlen_kv, p.heads_kv, spans.cu_seqlens_kv), kThreads, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH("small_head_attention_backward (dk, dv)");
   });
 }

@@ -9,7 +9,7 @@
 // return a number to the host synchronise.
 //
 // defined in: gemm.cu, grouped_gemm.cu, elementwise.cu, reduce.cu, embedding.cu, rmsnorm.cu,
-// rope.cu, swiglu.cu, attention.cu, cross_entropy.cu, adamw.cu, moe_permute.cu, moe_router.cu
+// rope.cu, swiglu.cu, attention.cpp, cross_entropy.cu, adamw.cu, moe_permute.cu, moe_router.cu
 #pragma once
 
 #include <cstdint>
@@ -70,14 +70,20 @@ void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& i
 void swiglu_forward(const Tensor& gate_up, Tensor& out);
 void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_up);
 
-// attention.cu. q, k, v, out, dout, dq, dk, dv bfloat16; lse float32; head
-// dimension a multiple of 8 up to 128. ops::set_attention_backend (the
-// runtime's backend.attention_backend) or BB_ATTENTION_BACKEND picks the implementation.
+// attention.cpp. q, k, v, out, dout, dq, dk, dv bfloat16; lse float32; head
+// dimension 1 to 256. ops::set_attention_backend (the runtime's
+// backend.attention_backend) or BB_ATTENTION_BACKEND picks the implementation;
+// every implementation takes both masks and separate q / kv spans.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                        int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen, double scale, Tensor& dq,
                         Tensor& dk, Tensor& dv);
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
+                       double scale, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk,
+                        Tensor& dv);
 
 // attention_merge.cu. out and part_out bfloat16, lse and part_lse float32.
 void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Tensor& part_lse);

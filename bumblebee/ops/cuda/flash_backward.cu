@@ -5,7 +5,8 @@
 //      correction term), fp32.
 //   2. The main kernel: one block of 4 warps owns 64 keys of one kv head of
 //      one sequence (16 keys per warp) and walks every query head of its
-//      group and every 32-row query tile at or after its keys. Per tile it
+//      group and every 32-row query tile that sees its keys (with the causal
+//      mask, the tiles from the keys' diagonal on; without, all). Per tile it
 //      recomputes P^T = exp(S^T - lse) from K Q^T, accumulates
 //      dV += P^T dO and dK += dS^T Q in registers (so grouped-query heads are
 //      summed without atomics and without repeating K/V), and adds
@@ -73,41 +74,43 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(const Params p
   float* sDsum = sLse + 2 * kBlockM;                                   // two buffers
 
   const int n_block = blockIdx.x, kv_head = blockIdx.y, seq = blockIdx.z;
-  const int start = p.cu_seqlens[seq];
-  const int len = p.cu_seqlens[seq + 1] - start;
+  const int q_start = p.cu_seqlens_q[seq], len_q = p.cu_seqlens_q[seq + 1] - q_start;
+  const int kv_start = p.cu_seqlens_kv[seq], len_kv = p.cu_seqlens_kv[seq + 1] - kv_start;
   const int n0 = n_block * kBlockN;
-  if (n0 >= len) return;
+  if (n0 >= len_kv) return;
+  const int shift = len_kv - len_q;  // causal: query row i sees keys j <= i + shift
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int group = p.heads_q / p.heads_kv;
   const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
   const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
-  const bf16* k = p.k + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
-  const bf16* v = p.v + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const bf16* k = p.k + int64_t(kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const bf16* v = p.v + int64_t(kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
 
-  // Causal: query tiles from the one holding key n0 to the sequence's end.
-  const int m_first = n0 / kBlockM;
-  const int m_count = (len + kBlockM - 1) / kBlockM - m_first;
+  // Causal: query tiles from the one holding key n0's diagonal to the
+  // sequence's end (none when that diagonal is past the last query).
+  const int m_first = p.causal ? max(0, n0 - shift) / kBlockM : 0;
+  const int m_count = max(0, (len_q + kBlockM - 1) / kBlockM - m_first);
   const int steps = group * m_count;
 
   auto load_step = [&](int step, int buf) {
     const int head = kv_head * group + step / m_count;
     const int m0 = (m_first + step % m_count) * kBlockM;
-    const int64_t offset = int64_t(start) * q_stride + int64_t(head) * p.head_dim;
-    load_tile<kBlockM, D>(sQ + buf * kBlockM * S, p.q + offset, q_stride, m0, len, p.head_dim);
-    load_tile<kBlockM, D>(sdO + buf * kBlockM * S, p.dout + offset, q_stride, m0, len, p.head_dim);
+    const int64_t offset = int64_t(q_start) * q_stride + int64_t(head) * p.head_dim;
+    load_tile<kBlockM, D>(sQ + buf * kBlockM * S, p.q + offset, q_stride, m0, len_q, p.head_dim);
+    load_tile<kBlockM, D>(sdO + buf * kBlockM * S, p.dout + offset, q_stride, m0, len_q, p.head_dim);
     for (int i = threadIdx.x; i < kBlockM; i += kThreads) {
-      const bool valid = m0 + i < len;
-      const int64_t idx = (int64_t(start) + m0 + i) * p.heads_q + head;
+      const bool valid = m0 + i < len_q;
+      const int64_t idx = (int64_t(q_start) + m0 + i) * p.heads_q + head;
       cp_async_4(sLse + buf * kBlockM + i, valid ? p.lse_in + idx : p.lse_in, valid);
       cp_async_4(sDsum + buf * kBlockM + i, valid ? p.dsum + idx : p.dsum, valid);
     }
   };
 
-  load_tile<kBlockN, D>(sK, k, kv_stride, n0, len, p.head_dim);
-  load_tile<kBlockN, D>(sV, v, kv_stride, n0, len, p.head_dim);
-  load_step(0, 0);
+  load_tile<kBlockN, D>(sK, k, kv_stride, n0, len_kv, p.head_dim);
+  load_tile<kBlockN, D>(sV, v, kv_stride, n0, len_kv, p.head_dim);
+  if (steps > 0) load_step(0, 0);
   cp_async_commit();
 
   float dk[kDBlocks][4], dv[kDBlocks][4];
@@ -160,7 +163,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(const Params p
       }
     }
 
-    // P^T = exp(scale * S^T - lse), zero where masked; dS^T = P^T (dP^T - dsum).
+    // P^T = exp(scale * S^T - lse), zero where masked and in rows that see
+    // no key at all (lse -inf); dS^T = P^T (dP^T - dsum).
 #pragma unroll
     for (int mb = 0; mb < kMBlocks; ++mb) {
 #pragma unroll
@@ -168,7 +172,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(const Params p
         const int qi = mb * 8 + 2 * t + (e & 1);  // query within the tile
         const int query = m0 + qi;
         const int key = key_row[e >> 1];
-        const bool masked = key > query || query >= len || key >= len;
+        const bool masked = (p.causal && key > query + shift) || query >= len_q || key >= len_kv ||
+                            tlse[qi] == -INFINITY;
         const float prob = masked ? 0.f : exp2f(fmaf(s[mb][e], p.scale_log2, -tlse[qi] * kLog2e));
         s[mb][e] = prob;
         dp[mb][e] = prob * (dp[mb][e] - tdsum[qi]);
@@ -229,8 +234,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(const Params p
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int query = m0 + qr0 + g + 8 * r;
-        if (query < len) {
-          float* dst = p.dq_accum + ((int64_t(start) + query) * p.heads_q + head) * p.head_dim;
+        if (query < len_q) {
+          float* dst = p.dq_accum + ((int64_t(q_start) + query) * p.heads_q + head) * p.head_dim;
 #pragma unroll
           for (int db = 0; db < kHalfDBlocks; ++db) {
             const int col = dc0 + db * 8 + 2 * t;
@@ -244,13 +249,14 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(const Params p
     }
     __syncthreads();  // sdS and this step's buffers are rewritten next step
   }
+  cp_async_wait<0>();  // a block with no query step still has its K/V loads in flight
 
   // dK (with the softmax scale applied once here) and dV, rows in the sequence.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int key = key_row[r];
-    if (key >= len) continue;
-    const int64_t offset = ((int64_t(start) + key) * p.heads_kv + kv_head) * p.head_dim;
+    if (key >= len_kv) continue;
+    const int64_t offset = ((int64_t(kv_start) + key) * p.heads_kv + kv_head) * p.head_dim;
 #pragma unroll
     for (int db = 0; db < kDBlocks; ++db) {
       const int col = db * 8 + 2 * t;
@@ -276,8 +282,8 @@ void launch_backward(const Params& p, int max_seqlen, int num_seqs, cudaStream_t
 }  // namespace flash
 
 void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens, int64_t max_seqlen,
-                              double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+                              const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale,
+                              Tensor& dq, Tensor& dk, Tensor& dv) {
   const int64_t tokens = q.size(0), heads_q = q.size(1), head_dim = q.size(2);
   cudaStream_t stream = current_stream();
   Tensor dsum = Tensor::empty({tokens, heads_q}, DType::F32, q.device());
@@ -295,7 +301,9 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
   p.q = static_cast<const bf16*>(q.raw());
   p.k = static_cast<const bf16*>(k.raw());
   p.v = static_cast<const bf16*>(v.raw());
-  p.cu_seqlens = static_cast<const int*>(cu_seqlens.raw());
+  p.cu_seqlens_q = static_cast<const int*>(spans.cu_seqlens_q.raw());
+  p.cu_seqlens_kv = static_cast<const int*>(spans.cu_seqlens_kv.raw());
+  p.causal = spans.mask == ops::AttentionMask::Causal;
   p.heads_q = int(heads_q);
   p.heads_kv = int(k.size(1));
   p.head_dim = int(head_dim);
@@ -307,9 +315,10 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
   p.dq_accum = static_cast<float*>(dq_accum.raw());
   p.dk = static_cast<bf16*>(dk.raw());
   p.dv = static_cast<bf16*>(dv.raw());
-  const int num_seqs = int(cu_seqlens.numel() - 1);
-  if (head_dim <= 64) flash::launch_backward<64>(p, int(max_seqlen), num_seqs, stream);
-  else flash::launch_backward<128>(p, int(max_seqlen), num_seqs, stream);
+  const int num_seqs = int(spans.cu_seqlens_q.numel() - 1);
+  const int max_seqlen_kv = int(spans.max_seqlen_kv);
+  if (head_dim <= 64) flash::launch_backward<64>(p, max_seqlen_kv, num_seqs, stream);
+  else flash::launch_backward<128>(p, max_seqlen_kv, num_seqs, stream);
 
   const int64_t n = dq.numel();
   flash::dq_convert_kernel<<<grid_for(n, 256), 256, 0, stream>>>(static_cast<const float*>(dq_accum.raw()),

@@ -32,22 +32,26 @@ template <int D>
 constexpr int smem_stride() { return D + 8; }
 
 struct Params {
-  const bf16* q;   // [T, Hq, d]
-  const bf16* k;   // [T, Hkv, d]
-  const bf16* v;   // [T, Hkv, d]
-  const int* cu_seqlens;  // [S + 1]
+  const bf16* q;   // [Tq, Hq, d]
+  const bf16* k;   // [Tkv, Hkv, d]
+  const bf16* v;   // [Tkv, Hkv, d]
+  const int* cu_seqlens_q;   // [S + 1]
+  const int* cu_seqlens_kv;  // [S + 1]
+  // Causal with the diagonal bottom-right: query i of a sequence with Lq
+  // queries and Lkv keys sees keys j <= i + Lkv - Lq. Else every key.
+  bool causal;
   int heads_q, heads_kv, head_dim;
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): scores go through exp2
   // forward
-  bf16* out;   // [T, Hq, d]
-  float* lse;  // [T, Hq]
+  bf16* out;   // [Tq, Hq, d]
+  float* lse;  // [Tq, Hq]
   // backward
-  const bf16* dout;   // [T, Hq, d]
+  const bf16* dout;   // [Tq, Hq, d]
   const float* lse_in;
-  const float* dsum;  // [T, Hq]: rowsum(dout * out)
-  float* dq_accum;    // [T, Hq, d], fp32, zeroed
-  bf16* dk;           // [T, Hkv, d]
+  const float* dsum;  // [Tq, Hq]: rowsum(dout * out)
+  float* dq_accum;    // [Tq, Hq, d], fp32, zeroed
+  bf16* dk;           // [Tkv, Hkv, d]
   bf16* dv;
 };
 

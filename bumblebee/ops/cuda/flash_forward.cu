@@ -1,5 +1,7 @@
 // Flash attention forward (FlashAttention-2 scheme) on mma.sync tensor cores:
-// causal, grouped-query, variable-length packed sequences.
+// grouped-query, variable-length packed sequences, causal (diagonal
+// bottom-right) or unmasked, with separate query and key/value sequence
+// ranges (the partial attention of ring attention).
 //
 // One block of 4 warps computes 64 query rows of one head of one sequence;
 // each warp owns 16 rows. Key/value tiles of 64 rows stream through shared
@@ -43,27 +45,29 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
   // Heavier blocks (later query rows see more keys) are scheduled first.
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int head = blockIdx.y, seq = blockIdx.z;
-  const int start = p.cu_seqlens[seq];
-  const int len = p.cu_seqlens[seq + 1] - start;
+  const int q_start = p.cu_seqlens_q[seq], len_q = p.cu_seqlens_q[seq + 1] - q_start;
+  const int kv_start = p.cu_seqlens_kv[seq], len_kv = p.cu_seqlens_kv[seq + 1] - kv_start;
   const int m0 = m_block * kBlockM;
-  if (m0 >= len) return;
+  if (m0 >= len_q) return;
+  const int shift = len_kv - len_q;  // causal: query row i sees keys j <= i + shift
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int kv_head = head / (p.heads_q / p.heads_kv);
   const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
   const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
-  const bf16* q = p.q + int64_t(start) * q_stride + int64_t(head) * p.head_dim;
-  const bf16* k = p.k + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
-  const bf16* v = p.v + int64_t(start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const bf16* q = p.q + int64_t(q_start) * q_stride + int64_t(head) * p.head_dim;
+  const bf16* k = p.k + int64_t(kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const bf16* v = p.v + int64_t(kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
 
-  // Causal: keys up to the block's last query row.
-  const int kv_end = min(len, m0 + kBlockM);
+  // Causal: keys up to the diagonal of the block's last query row (none when
+  // even that row precedes the first key).
+  const int kv_end = p.causal ? max(0, min(len_kv, min(len_q, m0 + kBlockM) + shift)) : len_kv;
   const int n_tiles = (kv_end + kBlockN - 1) / kBlockN;
 
-  load_tile<kBlockM, D>(sQ, q, q_stride, m0, len, p.head_dim);
-  load_tile<kBlockN, D>(sK, k, kv_stride, 0, len, p.head_dim);
-  load_tile<kBlockN, D>(sV, v, kv_stride, 0, len, p.head_dim);
+  load_tile<kBlockM, D>(sQ, q, q_stride, m0, len_q, p.head_dim);
+  load_tile<kBlockN, D>(sK, k, kv_stride, 0, len_kv, p.head_dim);
+  load_tile<kBlockN, D>(sV, v, kv_stride, 0, len_kv, p.head_dim);
   cp_async_commit();
 
   uint32_t qf[kDSteps][4];
@@ -77,8 +81,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int buf = tile & 1;
     if (tile + 1 < n_tiles) {
-      load_tile<kBlockN, D>(sK + (buf ^ 1) * kBlockN * S, k, kv_stride, (tile + 1) * kBlockN, len, p.head_dim);
-      load_tile<kBlockN, D>(sV + (buf ^ 1) * kBlockN * S, v, kv_stride, (tile + 1) * kBlockN, len, p.head_dim);
+      load_tile<kBlockN, D>(sK + (buf ^ 1) * kBlockN * S, k, kv_stride, (tile + 1) * kBlockN, len_kv, p.head_dim);
+      load_tile<kBlockN, D>(sV + (buf ^ 1) * kBlockN * S, v, kv_stride, (tile + 1) * kBlockN, len_kv, p.head_dim);
     }
     cp_async_commit();
     cp_async_wait<1>();  // everything but the tile just requested has landed
@@ -111,16 +115,16 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
       }
     }
 
-    // Mask keys past the query (causal) and past the sequence.
+    // Mask keys past the query's diagonal (causal) and past the sequence.
     const int n0 = tile * kBlockN;
-    if (n0 + kBlockN - 1 > m0 || n0 + kBlockN > len) {
+    if ((p.causal && n0 + kBlockN - 1 > m0 + shift) || n0 + kBlockN > len_kv) {
 #pragma unroll
       for (int nb = 0; nb < kNBlocks; ++nb) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = n0 + nb * 8 + 2 * t + (e & 1);
           const int row = qrow[e >> 1];
-          if (key > row || key >= len) s[nb][e] = -INFINITY;
+          if ((p.causal && key > row + shift) || key >= len_kv) s[nb][e] = -INFINITY;
         }
       }
     }
@@ -171,6 +175,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
     }
     __syncthreads();  // this buffer is refilled two tiles from now
   }
+  cp_async_wait<0>();  // a block with no key tile still has its first loads in flight
 
   // Normalise, write O and lse for rows inside the sequence.
 #pragma unroll
@@ -180,8 +185,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     const int row = qrow[r];
-    if (row < len) {
-      bf16* out = p.out + (int64_t(start) + row) * q_stride + int64_t(head) * p.head_dim;
+    if (row < len_q) {
+      bf16* out = p.out + (int64_t(q_start) + row) * q_stride + int64_t(head) * p.head_dim;
 #pragma unroll
       for (int db = 0; db < kDBlocks; ++db) {
         const int col = db * 8 + 2 * t;
@@ -189,7 +194,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
           *reinterpret_cast<uint32_t*>(out + col) = pack_bf16(o[db][2 * r] * inv, o[db][2 * r + 1] * inv);
       }
       if (t == 0) {
-        p.lse[(int64_t(start) + row) * p.heads_q + head] =
+        p.lse[(int64_t(q_start) + row) * p.heads_q + head] =
             sum > 0.f ? row_max[r] * kLn2 + logf(sum) : -INFINITY;
       }
     }
@@ -208,13 +213,15 @@ void launch_forward(const Params& p, int max_seqlen, int num_seqs, cudaStream_t 
 }  // namespace
 }  // namespace flash
 
-void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                             int64_t max_seqlen, double scale, Tensor& out, Tensor& lse) {
+void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
+                             double scale, Tensor& out, Tensor& lse) {
   flash::Params p{};
   p.q = static_cast<const bf16*>(q.raw());
   p.k = static_cast<const bf16*>(k.raw());
   p.v = static_cast<const bf16*>(v.raw());
-  p.cu_seqlens = static_cast<const int*>(cu_seqlens.raw());
+  p.cu_seqlens_q = static_cast<const int*>(spans.cu_seqlens_q.raw());
+  p.cu_seqlens_kv = static_cast<const int*>(spans.cu_seqlens_kv.raw());
+  p.causal = spans.mask == ops::AttentionMask::Causal;
   p.heads_q = int(q.size(1));
   p.heads_kv = int(k.size(1));
   p.head_dim = int(q.size(2));
@@ -222,10 +229,11 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   p.scale_log2 = float(scale) * flash::kLog2e;
   p.out = static_cast<bf16*>(out.raw());
   p.lse = static_cast<float*>(lse.raw());
-  const int num_seqs = int(cu_seqlens.numel() - 1);
+  const int num_seqs = int(spans.cu_seqlens_q.numel() - 1);
+  const int max_seqlen_q = int(spans.max_seqlen_q);
   cudaStream_t stream = current_stream();
-  if (p.head_dim <= 64) flash::launch_forward<64>(p, int(max_seqlen), num_seqs, stream);
-  else flash::launch_forward<128>(p, int(max_seqlen), num_seqs, stream);
+  if (p.head_dim <= 64) flash::launch_forward<64>(p, max_seqlen_q, num_seqs, stream);
+  else flash::launch_forward<128>(p, max_seqlen_q, num_seqs, stream);
 }
 
 }  // namespace bb::cuda

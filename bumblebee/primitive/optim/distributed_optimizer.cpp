@@ -13,9 +13,13 @@ DistributedOptimizer::DistributedOptimizer(const std::vector<ParamStore*>& store
                                            const AdamWConfig& cfg,
                                            const std::vector<const Parameter*>& counted_elsewhere)
     : parallel_(&parallel), cfg_(cfg) {
+  // Dense parameters are split over tp, expert parameters over etp (each
+  // expert lives on one ep rank, so ep never replicates one).
   const bool skip_replicated = parallel.tp_size() > 1 && parallel.tp_rank() != 0;
+  const bool skip_replicated_expert = parallel.etp_size() > 1 && parallel.etp_rank() != 0;
   auto not_counted_here = [&](const Parameter* p) {
-    return (skip_replicated && p->replicated_over_tp()) ||
+    const bool skip = p->cls == ParamClass::Expert ? skip_replicated_expert : skip_replicated;
+    return (skip && p->replicated_over_tp()) ||
            std::find(counted_elsewhere.begin(), counted_elsewhere.end(), p) != counted_elsewhere.end();
   };
   std::vector<std::pair<int, ParamGroup*>> all_groups;   // (store index, group), in store then group order

@@ -6,15 +6,20 @@
 namespace bb {
 
 GroupedExperts::GroupedExperts(ParamStore& store, const std::string& prefix, int64_t first_expert,
-                               int64_t local_experts, int64_t hidden, int64_t ffn, bool recompute_activation)
-    : store_(&store), hidden_(hidden), ffn_(ffn), recompute_activation_(recompute_activation) {
-  const ShardInfo whole{ShardKind::Replicated, 0, 1};
+                               int64_t local_experts, int64_t hidden, int64_t ffn, bool recompute_activation,
+                               ShardInfo etp)
+    : store_(&store), hidden_(hidden), ffn_(ffn / etp.tp_size), recompute_activation_(recompute_activation) {
+  BB_CHECK(ffn % etp.tp_size == 0, "expert tensor parallelism: moe_intermediate_size ", ffn,
+           " is not divisible by backend.parallel.etp = ", etp.tp_size);
+  const bool split = etp.tp_size > 1;
+  const ShardInfo column{split ? ShardKind::Column : ShardKind::Replicated, etp.tp_rank, etp.tp_size};
+  const ShardInfo row{split ? ShardKind::Row : ShardKind::Replicated, etp.tp_rank, etp.tp_size};
   for (int64_t e = first_expert; e < first_expert + local_experts; ++e) {
     const std::string p = prefix + std::to_string(e) + ".";
     Expert x;
-    x.gate = &store.add(p + "gate_proj.weight", {ffn, hidden}, whole, InitKind::Normal, ParamClass::Expert);
-    x.up = &store.add(p + "up_proj.weight", {ffn, hidden}, whole, InitKind::Normal, ParamClass::Expert);
-    x.down = &store.add(p + "down_proj.weight", {hidden, ffn}, whole, InitKind::Normal, ParamClass::Expert);
+    x.gate = &store.add(p + "gate_proj.weight", {ffn, hidden}, column, InitKind::Normal, ParamClass::Expert);
+    x.up = &store.add(p + "up_proj.weight", {ffn, hidden}, column, InitKind::Normal, ParamClass::Expert);
+    x.down = &store.add(p + "down_proj.weight", {hidden, ffn}, row, InitKind::Normal, ParamClass::Expert);
     store.keep_together(*x.gate, *x.up);
     experts_.push_back(x);
   }

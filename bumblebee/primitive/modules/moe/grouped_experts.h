@@ -14,6 +14,12 @@
 // expert's gate and up are kept together, so the fused [2I, H] operand is a
 // view (ParamStore::fused_value / fused_grad).
 //
+// With expert tensor parallelism (etp > 1) each expert's FFN dimension is
+// split over the etp group as a dense MLP's is over tp: gate_proj and up_proj
+// column-parallel ([I / etp, H] here), down_proj row-parallel ([H, I / etp]),
+// so forward returns this rank's partial sum of y, which the token dispatcher
+// reduces over etp; backward's dx is partial the same way.
+//
 // With recompute_activation (selective recompute's `mlp` module) forward
 // drops h once down has used it, and backward rebuilds it from gate_up.
 #pragma once
@@ -34,9 +40,10 @@ class GroupedExperts {
     Tensor h;                      // [N, I] = silu(gate) * up; undefined when recomputed
     std::vector<int64_t> offsets;  // [L + 1]
   };
-  // Declares experts first_expert .. first_expert + local_experts - 1.
+  // Declares experts first_expert .. first_expert + local_experts - 1, each
+  // of FFN size `ffn` split over `etp` (etp.tp_rank of etp.tp_size; kind ignored).
   GroupedExperts(ParamStore& store, const std::string& prefix, int64_t first_expert, int64_t local_experts,
-                 int64_t hidden, int64_t ffn, bool recompute_activation = false);
+                 int64_t hidden, int64_t ffn, bool recompute_activation = false, ShardInfo etp = {});
   int64_t local_experts() const { return int64_t(experts_.size()); }
   // y [N, H] for x [N, H] with expert l's rows at [offsets[l], offsets[l + 1]).
   Tensor forward(const Tensor& x, const std::vector<int64_t>& offsets, Saved& saved) const;
@@ -51,7 +58,7 @@ class GroupedExperts {
   std::vector<Tensor> down_values() const;
 
   ParamStore* store_;
-  int64_t hidden_, ffn_;
+  int64_t hidden_, ffn_;   // ffn_: this etp rank's part of the FFN dimension
   bool recompute_activation_;
   std::vector<Expert> experts_;
 };

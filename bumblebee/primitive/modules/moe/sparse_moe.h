@@ -19,11 +19,25 @@
 // RouterReplay (SequenceLayout::router_replay) the block records its choices
 // there or routes to the ones given.
 //
-// Expert parallelism (ep > 1, etp = 1): the rank holds only its block of
-// E / ep experts (declared under their global names), and a TokenDispatcher
-// sends each permuted row to the rank of its expert and the results back;
-// the router and the auxiliary loss are replicated. tp > 1 (and so etp > 1)
-// is rejected with an error.
+// Parallel layouts (Megatron's MoE parallel folding: ep and etp carved from
+// the tp x dp ranks of a stage independently of tp; docs/distributed.md):
+//   - tp > 1 (always sequence parallel): the block all-gathers the tp
+//     group's tokens, every tp rank routes all of them (the router and the
+//     auxiliary loss replicated), and tp rank i takes the i-th of tp equal
+//     slices of the permuted rows (sorted by expert, so still sorted). Its
+//     rows' outputs are unpermuted into a partial sum over tp that a
+//     reduce-scatter returns to the sequence-parallel shards. In backward the
+//     router's gradients are partial the same way (the aux loss's goes in on
+//     tp rank 0 only), summed over tp with the other replicated parameters.
+//   - ep > 1: the rank holds only its block of E / ep experts (declared under
+//     their global names), and a TokenDispatcher sends each of its rows to
+//     the rank of its expert and the results back.
+//   - etp > 1: each expert's FFN is split over etp (GroupedExperts), and the
+//     dispatcher all-gathers the arrived rows over etp and reduce-scatters the
+//     partial outputs.
+// Every (token, expert) row is computed by exactly one etp group, so the
+// expert gradients are whole on each rank of it and are summed over edp
+// only (never over tp).
 #pragma once
 
 #include <optional>
@@ -57,10 +71,12 @@ struct SparseMoEConfig {
 class SparseMoE : public Block {
  public:
   struct Saved : BlockState {
-    Tensor x, x_perm, y_perm;
-    Tensor x_experts;                     // the local experts' rows: x_perm itself when ep = 1
+    Tensor x;                             // the tp group's tokens (all-gathered when tp > 1)
+    Tensor x_perm, y_perm;                // [N] every row; y_perm zero outside this tp rank's share
+    int64_t share_begin = 0, share_rows = 0;   // this tp rank's rows of x_perm
+    Tensor x_experts;                     // the local experts' rows: the share itself when ep = etp = 1
     Routing routing;
-    TokenDispatcher::Plan plan;           // ep > 1 only
+    TokenDispatcher::Plan plan;           // ep > 1 or etp > 1 only
     std::vector<int64_t> offsets;         // [L + 1]: local expert l's rows of x_experts are [offsets[l], offsets[l + 1])
     GroupedExperts::Saved experts;        // the experts' activations
     RouterAuxLoss* aux = nullptr;
@@ -73,7 +89,8 @@ class SparseMoE : public Block {
  private:
   SparseMoEConfig cfg_;
   TopKRouter router_;
-  std::optional<TokenDispatcher> dispatcher_;   // ep > 1
+  TensorParallel* tp_;
+  std::optional<TokenDispatcher> dispatcher_;   // ep > 1 or etp > 1
   std::optional<GroupedExperts> experts_;       // the local experts, declared after the router
 };
 
