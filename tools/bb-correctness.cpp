@@ -14,7 +14,8 @@
 // one JSON object: loss (mean next-token cross entropy over B*(T-1)
 // positions, plus router_aux_loss_coef x aux_loss for MoE models with
 // output_router_logits, which then also print aux_loss), grad_norm,
-// per_param_grad_norm (by HF name), losses (the loss
+// per_param_grad_norm (by the checkpoint's names: fused experts as their
+// fused tensors), losses (the loss
 // before each of N AdamW steps), and with logits_out the float32 logits
 // [B, T, V] raw little-endian. Under mpirun the sequences are split over dp
 // ranks and rank 0 prints. With rows_per_step=R, step s trains on rows
@@ -25,9 +26,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -147,6 +150,30 @@ nlohmann::json per_param_grad_norms(Runtime& rt, ModelHandle& h, double& total_s
   return out;
 }
 
+// Per-parameter norms under the checkpoint's own names: a layer whose experts
+// the checkpoint holds fused (transformers 5's mlp.experts.gate_up_proj
+// [E, 2I, H] and mlp.experts.down_proj [E, H, I]) reports the norm over each
+// fused tensor in place of its per-expert parameters.
+nlohmann::json in_checkpoint_names(const nlohmann::json& norms, const HFCheckpoint& ckpt) {
+  nlohmann::json out = nlohmann::json::object();
+  std::map<std::string, double> fused_sq;
+  for (const auto& [name, norm] : norms.items()) {
+    const size_t at = name.find(".mlp.experts.");
+    const size_t dot = at == std::string::npos ? at : name.find('.', at + 13);
+    if (dot != std::string::npos) {
+      const std::string prefix = name.substr(0, at) + ".mlp.experts.", proj = name.substr(dot + 1);
+      const std::string fused = prefix + (proj == "down_proj.weight" ? "down_proj" : "gate_up_proj");
+      if (ckpt.has(fused)) {
+        fused_sq[fused] += norm.get<double>() * norm.get<double>();
+        continue;
+      }
+    }
+    out[name] = norm;
+  }
+  for (const auto& [name, sq] : fused_sq) out[name] = std::sqrt(sq);
+  return out;
+}
+
 // The runtime's keys with torch.optim.AdamW's defaults (the HF reference
 // trains with it), and the tool's own keys.
 ConfigSchema correctness_schema() {
@@ -226,6 +253,10 @@ int run(int argc, char** argv) {
       // MoE models with output_router_logits: loss is HF's total (cross entropy + coef x aux_loss).
       if (res.metrics.count("aux_loss")) out["aux_loss"] = res.aux_loss;
       out["per_param_grad_norm"] = per_param_grad_norms(*rt, h, total_sq);
+      const std::string dir = args.str("hf_path");
+      if (std::filesystem::exists(dir + "/model.safetensors") ||
+          std::filesystem::exists(dir + "/model.safetensors.index.json"))
+        out["per_param_grad_norm"] = in_checkpoint_names(out["per_param_grad_norm"], HFCheckpoint::open(dir));
       out["grad_norm"] = std::sqrt(total_sq);
     }
     if (step == steps) break;

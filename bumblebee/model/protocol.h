@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,12 +45,16 @@ struct DeviceMicroBatch {
   double aux_loss_weight = 1.0;
 };
 
-// The auxiliary loss of one microbatch's forward (MoE load balancing):
-// `value` as HF reports it (`aux_loss`), `loss` what the chunk's backward adds
-// to the objective (router_aux_loss_coef x aux_loss_weight x value).
+// The auxiliary losses of one microbatch's forward (MoE routers): `value` the
+// load-balancing loss as HF reports it (`aux_loss`; present when it is on),
+// `loss` what the chunk's backward adds to the objective (each router loss's
+// coefficient x aux_loss_weight x its value, the z-loss included), and the
+// router metrics of the chunk's layers (z_loss, expert_load_min.L /
+// expert_load_max.L per MoE layer L, dropped_tokens).
 struct AuxLoss {
   bool present = false;
   double value = 0.0, loss = 0.0;
+  std::map<std::string, double> metrics;
 };
 
 struct BuildContext {
@@ -115,6 +120,15 @@ class ModelChunk {
   // The auxiliary loss of the forward that filled `state` (not present for
   // models without one). Its gradient is part of backward.
   virtual AuxLoss aux_loss(const ForwardState& /*state*/) const { return {}; }
+  // The whole model's routers: what router replay's PackedBatch::
+  // routed_experts holds per token (moe_layers x top_k ids), and whether the
+  // auxiliary loss couples every layer (HF's form: it cannot be split over
+  // pipeline stages). Zeros: no MoE layer.
+  struct RouterShape {
+    int64_t moe_layers = 0, top_k = 0, num_experts = 0;
+    bool aux_loss_couples_layers = false;
+  };
+  virtual RouterShape router_shape() const { return {}; }
   // Full-vocabulary logits [T, V] of one microbatch (no gradients; gathered
   // over tp), for validation against a reference. Whole model only.
   virtual Tensor logits(const DeviceMicroBatch& mb) = 0;

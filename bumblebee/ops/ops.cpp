@@ -916,4 +916,29 @@ void moe_score_sums(const Tensor& scores, Tensor& sums) {
   BB_DISPATCH_CUDA(moe_score_sums, scores, sums);
 }
 
+void moe_router_lse(const Tensor& logits, Tensor& lse) {
+  const char* op = "moe_router_lse";
+  const Device dev = common_device(op, {{logits, "logits"}, {lse, "lse"}});
+  expect_dim(op, logits, "logits", 2);
+  expect_shape(op, lse, "lse", {logits.size(0)});
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{logits, "logits"}, {lse, "lse"}});
+    BB_DISPATCH_CPU(moe_router_lse, logits, lse);
+  }
+  BB_DISPATCH_CUDA(moe_router_lse, logits, lse);
+}
+
+void moe_router_z_loss_backward(const Tensor& logits, const Tensor& lse, double scale, Tensor& dlogits) {
+  const char* op = "moe_router_z_loss_backward";
+  const Device dev = common_device(op, {{logits, "logits"}, {lse, "lse"}, {dlogits, "dlogits"}});
+  expect_dim(op, logits, "logits", 2);
+  expect_shape(op, lse, "lse", {logits.size(0)});
+  expect_shape(op, dlogits, "dlogits", logits.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{logits, "logits"}, {lse, "lse"}, {dlogits, "dlogits"}});
+    BB_DISPATCH_CPU(moe_router_z_loss_backward, logits, lse, scale, dlogits);
+  }
+  BB_DISPATCH_CUDA(moe_router_z_loss_backward, logits, lse, scale, dlogits);
+}
+
 }  // namespace bb::ops

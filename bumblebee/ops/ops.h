@@ -221,6 +221,12 @@ void moe_gather_row_grads(const Tensor& drow_weights, const Tensor& token_of_row
                           Tensor& dweights);
 // sums [E] = sum over tokens of scores [T, E] (S; the load-balancing loss's P).
 void moe_score_sums(const Tensor& scores, Tensor& sums);
+// The router z-loss (ST-MoE): lse [T] (S) = logsumexp over E of logits [T, E];
+// the loss is scale x sum_t lse_t^2 (the caller picks scale = coeff / T for
+// the mean). Its backward adds d(scale x sum_t lse_t^2) / dlogits =
+// scale x 2 lse_t x softmax(logits)_t into dlogits (the logits' dtype).
+void moe_router_lse(const Tensor& logits, Tensor& lse);
+void moe_router_z_loss_backward(const Tensor& logits, const Tensor& lse, double scale, Tensor& dlogits);
 
 // ---- optimizer ------------------------------------------------------------------------
 // One AdamW step with torch.optim.AdamW semantics over a flat buffer:

@@ -18,6 +18,9 @@ struct ModelOutputs {
   double loss = 0.0;                 // this microbatch's loss as the loss function defined it
   std::vector<double> log_probs;     // [T] log p(next token | prefix) per position
   std::vector<double> token_loss;    // [T] -log_probs, masked positions 0
+  // router_replay = "record": the experts each token was routed to,
+  // [T x MoE layers x k] token-major (PackedBatch::routed_experts). Else empty.
+  std::vector<int64_t> routed_experts;
 };
 
 struct ForwardResult {

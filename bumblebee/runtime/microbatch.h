@@ -13,6 +13,7 @@
 // Ids, shifted labels, loss mask and positions follow their tokens.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "bumblebee/model/protocol.h"
@@ -28,6 +29,7 @@ struct PreparedMicroBatch {
   int64_t real_tokens = 0;         // tokens before padding (of the whole microbatch with cp)
   double loss_tokens = 0;          // sum of loss_mask (this rank's tokens)
   double microbatch_loss_tokens = 0;   // sum of the whole microbatch's mask: loss_tokens summed over cp
+  std::shared_ptr<RouterReplay> router_replay;   // device.seq.router_replay's owner; null: no replay
 };
 
 // Which context-parallel rank prepares the microbatch, of how many.

@@ -58,6 +58,15 @@ PackedBatch PackedBatch::slice_sequences(int64_t first, int64_t count) const {
   b.position_ids = cut(position_ids);
   b.seq_lens.assign(seq_lens.begin() + first, seq_lens.begin() + first + count);
   for (const auto& [k, v] : extras) b.extras[k] = v.size() == input_ids.size() ? cut(v) : v;
+  // routed_experts runs over tokens with a fixed stride (checked by the
+  // runtime: MoE layers x k); a size the tokens do not divide is kept whole.
+  b.router_replay = router_replay;
+  const size_t per_token = input_ids.empty() ? 0 : routed_experts.size() / input_ids.size();
+  if (per_token > 0 && per_token * input_ids.size() == routed_experts.size())
+    b.routed_experts.assign(routed_experts.begin() + start * int64_t(per_token),
+                            routed_experts.begin() + (start + len) * int64_t(per_token));
+  else
+    b.routed_experts = routed_experts;
   return b;
 }
 

@@ -6,6 +6,12 @@
 // labels[t+1]); the last token of a sequence predicts nothing. position_ids
 // default to a per-sequence arange. Host vectors: the runtime moves them to the
 // device and splits them into microbatches by whole sequences.
+//
+// MoE router replay (primitive/modules/moe/router_replay.h): router_replay
+// "record" fills each microbatch's ModelOutputs::routed_experts from the
+// forward; "replay" routes every token to the experts in routed_experts,
+// [T x MoE layers x k] token-major (token t's k ids for MoE layer l at
+// (t L + l) k), checked against the model's shape and expert count.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,8 @@ struct PackedBatch {
   std::vector<float> loss_mask;        // empty = every position counts
   std::vector<int64_t> position_ids;   // empty = arange per sequence
   std::map<std::string, std::vector<double>> extras;
+  std::vector<int64_t> routed_experts;   // router replay's choices; empty unless replaying
+  std::string router_replay;             // "" (off) | "record" | "replay"
 
   int64_t total_tokens() const { return int64_t(input_ids.size()); }
   int64_t num_seqs() const { return int64_t(seq_lens.size()); }

@@ -1,6 +1,8 @@
 // Pipeline-group transfers of the runtime.
 #include "bumblebee/runtime/pipeline_transfer.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "bumblebee/ops/ops.h"
@@ -56,6 +58,21 @@ void broadcast_from_last_stage(dist::Communicator& pp, Device dev, ForwardResult
     result.model_output[i] = {o.at("loss").get<double>(), o.at("log_probs").get<std::vector<double>>(),
                               o.at("token_loss").get<std::vector<double>>()};
   }
+}
+
+void sum_metrics_over_stages(dist::Communicator& pp, Device dev, std::map<std::string, std::vector<double>>& metrics,
+                             size_t num_microbatches) {
+  const nlohmann::json mine = metrics;
+  std::map<std::string, std::vector<double>> sum;
+  for (int root = 0; root < pp.size(); ++root) {
+    const std::string s = broadcast_string(pp, root, dev, pp.rank() == root ? mine.dump() : std::string());
+    for (const auto& [k, v] : nlohmann::json::parse(s).get<std::map<std::string, std::vector<double>>>()) {
+      std::vector<double>& acc = sum[k];
+      acc.resize(std::max({acc.size(), v.size(), num_microbatches}), 0.0);
+      for (size_t i = 0; i < v.size(); ++i) acc[i] += v[i];
+    }
+  }
+  metrics = std::move(sum);
 }
 
 std::vector<std::pair<std::string, Tensor>> broadcast_named_tensors(

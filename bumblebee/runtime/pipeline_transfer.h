@@ -4,6 +4,7 @@
 // to every stage, and exported weights from each stage to every rank.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,11 @@ void sum_tied_grad_over_pipeline_ends(dist::Communicator& pp, Parameter& tied);
 // The last pp rank's microbatch outputs, metrics and local loss sum replace
 // those of every other pp rank.
 void broadcast_from_last_stage(dist::Communicator& pp, Device dev, ForwardResult& result, double& local_loss_sum);
+
+// Every pp rank's per-microbatch metrics (at least `num_microbatches` values
+// each, missing ones 0), summed over the pp ranks that report them, on every pp rank.
+void sum_metrics_over_stages(dist::Communicator& pp, Device dev, std::map<std::string, std::vector<double>>& metrics,
+                             size_t num_microbatches);
 
 // pp rank `root`'s (name, host tensor) pairs on every pp rank; `mine` is
 // read on the root only. Tensors travel through `dev` (NCCL needs device memory).

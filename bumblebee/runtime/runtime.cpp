@@ -10,6 +10,7 @@
 #include "bumblebee/model/registry.h"
 #include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/modules/moe/router_replay.h"
 #include "bumblebee/primitive/modules/rmsnorm.h"
 #include "bumblebee/primitive/optim/param_groups.h"
 #include "bumblebee/runtime/microbatch.h"
@@ -59,6 +60,17 @@ DType resolve_dtype(const std::string& name, Device dev) {
   else
     BB_CHECK(dt == DType::BF16, "dtype ", name, " is not supported on the CUDA backend (bfloat16 with fp32 master weights)");
   return dt;
+}
+
+// Router replay's input, checked before the step's first collective; the dp
+// ranks agree on the outcome so a bad batch on one of them fails them all
+// (the ranks of one dp rank's tp, pp and ep groups hold the same batch).
+void check_router_replay(const PackedBatch& data, RouterReplayMode mode, const ModelChunk::RouterShape& shape,
+                         int cp) {
+  BB_CHECK(shape.moe_layers > 0, "router_replay = ", data.router_replay, " needs a model with MoE layers");
+  BB_CHECK(cp == 1, "router replay with backend.parallel.cp = ", cp, " > 1 is not implemented");
+  if (mode == RouterReplayMode::Record) return;
+  check_routed_experts(data.routed_experts, data.total_tokens(), shape.moe_layers, shape.top_k, shape.num_experts);
 }
 
 void check_backend(const RuntimeConfig& cfg) {
@@ -168,6 +180,11 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
     if (ctx.layers.pre_process && ctx.layers.post_process) ctx.layers = LayerRange{};
     st->chunks.push_back(st->protocol->build_model(model_cfg, ctx));
   }
+  if (pipelined)
+    BB_CHECK(!st->chunks.front()->router_shape().aux_loss_couples_layers,
+             "the hf form of the router auxiliary loss couples every layer, which pp > 1 splits over stages; set "
+             "backend.model_overrides {\"moe_aux_loss_type\": \"megatron\"} (per layer) or "
+             "{\"output_router_logits\": false}");
   // Megatron runs dense layers under ep as a no-op; here it is an error so a
   // layout that cannot shard anything is not mistaken for one that does.
   if (bcfg.parallel.ep > 1) {
@@ -245,12 +262,30 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   BB_CHECK(cp.size == 1 || !host_outputs, "backend.parallel.cp = ", cp.size,
            " > 1 supports the built-in loss of a training step; per-token outputs (a custom loss_fn or a "
            "forward-only call) are not implemented with context parallelism yet");
+  const RouterReplayMode replay = parse_router_replay(data.router_replay);
+  const ModelChunk::RouterShape router_shape = model.router_shape();
+  if (replay != RouterReplayMode::Off) {
+    std::string bad;
+    try {
+      check_router_replay(data, replay, router_shape, cp.size);
+    } catch (const Error& e) {
+      bad = e.what();
+    }
+    const bool any_bad = parallel_->dp().all_reduce_scalar(bad.empty() ? 0.0 : 1.0) > 0;
+    BB_CHECK(!any_bad, bad.empty() ? std::string("router replay: another data-parallel rank's batch was rejected") : bad);
+  }
   const std::vector<PackedBatch> mbs = split_microbatches(data, num_microbatches);
   std::vector<PreparedMicroBatch> prepared;
   double local_tokens = 0;
   for (const PackedBatch& mb : mbs) {
     prepared.push_back(prepare_microbatch(mb, model.vocab_size(), parallel_->tp_size(), device_, loss_dt, cp));
-    local_tokens += prepared.back().microbatch_loss_tokens;
+    PreparedMicroBatch& pm = prepared.back();
+    local_tokens += pm.microbatch_loss_tokens;
+    if (replay == RouterReplayMode::Off) continue;
+    pm.router_replay = std::make_shared<RouterReplay>(replay, mb.routed_experts, pm.real_tokens,
+                                                      router_shape.moe_layers, router_shape.top_k,
+                                                      router_shape.num_experts);
+    pm.device.seq.router_replay = pm.router_replay.get();
   }
   // The built-in loss is the mean over every loss token of the global batch,
   // so any split over microbatches and dp ranks gives the same gradients. The
@@ -311,18 +346,27 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
     for (int64_t t = 0; t < pm.real_tokens; ++t) d[size_t(t)] = -lo.grad_log_probs[size_t(t)];
     return Tensor::from_doubles(d, {pm.device.num_tokens}, loss_dt).to(device_);
   };
-  // The auxiliary loss (MoE load balancing) is a scalar per microbatch beside
-  // the per-token loss: weighted by each microbatch's share of the step's loss
-  // tokens, summed over microbatches and dp ranks (docs/models.md).
-  bool has_aux = false;
+  // The auxiliary losses (MoE routers) are scalars per microbatch beside the
+  // per-token loss: weighted by each microbatch's share of the step's loss
+  // tokens, summed over microbatches, pipeline stages (each stage's layers
+  // add their own) and dp ranks (docs/models.md). The router metrics are
+  // this dp rank's, per microbatch, summed over the stages.
+  bool has_aux = false, router = false;
   double local_aux = 0, local_aux_loss = 0;
+  std::map<std::string, std::vector<double>> router_metrics;
   hooks.aux_loss = [&](size_t i, const AuxLoss& aux) {
-    if (!aux.present) return;
-    BB_CHECK(!pipelined, "the router auxiliary loss with pp > 1 is not implemented yet (set router_aux_loss_coef = 0)");
-    has_aux = true;
-    result.metrics["aux_loss"].push_back(aux.value);
-    local_aux += prepared[i].device.aux_loss_weight * aux.value;
+    auto add = [&](const std::string& key, double v) {
+      std::vector<double>& m = router_metrics[key];
+      m.resize(mbs.size(), 0.0);
+      m[i] += v;
+    };
+    for (const auto& [k, v] : aux.metrics) add(k, v);
+    router = router || aux.present || !aux.metrics.empty();
     local_aux_loss += aux.loss;
+    if (!aux.present) return;
+    has_aux = true;
+    add("aux_loss", aux.value);
+    local_aux += prepared[i].device.aux_loss_weight * aux.value;
   };
   DistributedOptimizer& opt = *st.optimizer;
   if (!forward_only) opt.invalidate_grads();
@@ -370,16 +414,37 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   }
   // Only the last pipeline stage saw the loss: every other rank gets its
   // microbatch outputs and metrics, and the sums the loss is made of.
-  if (pipelined) broadcast_from_last_stage(parallel_->pp(), device_, result, local_loss_sum);
+  if (pipelined) {
+    broadcast_from_last_stage(parallel_->pp(), device_, result, local_loss_sum);
+    router = parallel_->pp().all_reduce_scalar(router ? 1.0 : 0.0) > 0;
+    if (router) sum_metrics_over_stages(parallel_->pp(), device_, router_metrics, mbs.size());
+    has_aux = router_metrics.count("aux_loss") > 0;
+    if (router) {
+      local_aux = parallel_->pp().all_reduce_scalar(local_aux);
+      local_aux_loss = parallel_->pp().all_reduce_scalar(local_aux_loss);
+    }
+  }
+  for (auto& [k, v] : router_metrics) result.metrics[k] = std::move(v);
+  if (replay == RouterReplayMode::Record) {
+    // Each stage wrote its own layers' ids and left the others 0: the sum over stages is the whole record.
+    std::map<std::string, std::vector<double>> recorded;
+    for (size_t i = 0; i < prepared.size(); ++i) {
+      const std::vector<int64_t>& ids = prepared[i].router_replay->routed_experts();
+      recorded[std::to_string(i)].assign(ids.begin(), ids.end());
+    }
+    if (pipelined) sum_metrics_over_stages(parallel_->pp(), device_, recorded, 0);
+    for (size_t i = 0; i < prepared.size(); ++i) {
+      const std::vector<double>& ids = recorded[std::to_string(i)];
+      result.model_output[i].routed_experts.assign(ids.begin(), ids.end());
+    }
+  }
   if (loss_fn) {
     result.loss = parallel_->dp().all_reduce_scalar(local_loss_sum) / double(parallel_->dp_size() * mbs.size());
   } else {
     result.loss = global_tokens > 0 ? parallel_->dp().all_reduce_scalar(local_loss_sum) / global_tokens : 0.0;
   }
-  if (has_aux) {
-    result.aux_loss = parallel_->dp().all_reduce_scalar(local_aux);
-    result.loss += parallel_->dp().all_reduce_scalar(local_aux_loss);
-  }
+  if (has_aux) result.aux_loss = parallel_->dp().all_reduce_scalar(local_aux);
+  if (router) result.loss += parallel_->dp().all_reduce_scalar(local_aux_loss);
   return result;
 }
 

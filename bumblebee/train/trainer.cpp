@@ -1,11 +1,13 @@
 // The bb-train loop: steps, validation, stdout / JSONL / TensorBoard logging, final plot and summary.
 #include "bumblebee/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <optional>
 
 #include "bumblebee/core/error.h"
@@ -36,6 +38,24 @@ void write_file_atomically(const std::string& path, const std::string& content) 
     BB_CHECK(f.good(), "cannot write ", tmp);
   }
   fs::rename(tmp, path);
+}
+
+// The MoE router metrics of a step for the log (empty for dense models):
+// aux_loss as ForwardResult has it (all dp ranks, weighted by loss tokens),
+// the rest this rank's: z_loss the mean over microbatches, dropped_tokens
+// their sum, expert_load_min.L / expert_load_max.L the least and the most
+// rows an expert of MoE layer L got in any microbatch.
+nlohmann::json router_step_metrics(const ForwardResult& r) {
+  nlohmann::json out = nlohmann::json::object();
+  if (r.metrics.count("aux_loss")) out["aux_loss"] = r.aux_loss;
+  for (const auto& [key, v] : r.metrics) {
+    if (v.empty()) continue;
+    if (key == "z_loss") out[key] = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+    if (key == "dropped_tokens") out[key] = std::accumulate(v.begin(), v.end(), 0.0);
+    if (key.starts_with("expert_load_min.")) out[key] = *std::min_element(v.begin(), v.end());
+    if (key.starts_with("expert_load_max.")) out[key] = *std::max_element(v.begin(), v.end());
+  }
+  return out;
 }
 
 // Removes the event files, metrics and plot of an earlier run in `dir` (a run
@@ -166,10 +186,12 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
     if (!s.update_successful) ++skipped_updates;
     train_curve.points.emplace_back(double(step), r.loss);
     if (root) {
-      metrics->write({{"type", "train"}, {"step", step}, {"loss", r.loss}, {"grad_norm", s.grad_norm}, {"lr", lr},
-                      {"tokens", int64_t(tokens)}, {"loss_tokens", r.num_tokens}, {"tokens_per_s", tokens_per_s},
-                      {"step_time_s", step_seconds}, {"elapsed_s", elapsed},
-                      {"update_successful", s.update_successful}});
+      nlohmann::json line = {{"type", "train"}, {"step", step}, {"loss", r.loss}, {"grad_norm", s.grad_norm},
+                             {"lr", lr}, {"tokens", int64_t(tokens)}, {"loss_tokens", r.num_tokens},
+                             {"tokens_per_s", tokens_per_s}, {"step_time_s", step_seconds}, {"elapsed_s", elapsed},
+                             {"update_successful", s.update_successful}};
+      line.update(router_step_metrics(r));
+      metrics->write(line);
       events->add_scalars(step, {{"train/loss", float(r.loss)}, {"train/grad_norm", float(s.grad_norm)},
                                  {"train/lr", float(lr)}, {"train/tokens_per_s", float(tokens_per_s)}});
       if (step % tr.log_interval == 0 || step == 1 || step == tr.steps)

@@ -951,6 +951,17 @@ void moe_router_cases(std::vector<Case>& cases) {
                                                  compare("experts", experts, r.sigmoid ? 0.05 : 0.0),
                                                  compare("weights", weights, kF32Bound)};
                      }});
+    cases.push_back({"moe_router_lse+z_loss_backward", shape, [=](Generator& gen) {
+                       Pair logits = random_pair(gen, te, DType::BF16, 2.0);
+                       Pair lse = output_pair({r.tokens}, DType::F32);
+                       cuda::moe_router_lse(logits.gpu, lse.gpu);
+                       ops::moe_router_lse(logits.cpu, lse.cpu);
+                       Pair dlogits = random_pair(gen, te, DType::BF16, 0.01);
+                       cuda::moe_router_z_loss_backward(logits.gpu, lse.gpu, 0.003, dlogits.gpu);
+                       ops::moe_router_z_loss_backward(logits.cpu, lse.cpu, 0.003, dlogits.cpu);
+                       return std::vector<Check>{compare("lse", lse, kF32Bound),
+                                                 compare("dlogits", dlogits, kBf16Bound)};
+                     }});
     for (bool per_token : {true, false}) {
       cases.push_back({"moe_router_backward", shape + (per_token ? " dscores=[T,E]" : " dscores=[E]"),
                        [=](Generator& gen) {

@@ -1,7 +1,7 @@
 // MoE routing on the CPU: hand-computed routings (softmax ties, sigmoid with
 // an expert bias and group-limited selection, router replay), the sorted rows
-// of a routing and its row-weight gathers, and moe_router_backward against
-// float64 finite differences.
+// of a routing and its row-weight gathers, and moe_router_backward and the
+// router z-loss against float64 finite differences.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -127,6 +127,38 @@ TEST(MoeScoreSums, SumsEachExpertOverTokens) {
   ops::moe_score_sums(s, sums);
   EXPECT_NEAR(sums.to_doubles()[0], 0.9, 1e-15);
   EXPECT_NEAR(sums.to_doubles()[1], 2.1, 1e-15);
+}
+
+// z = scale x sum_t lse_t^2: lse by hand, dlogits (added to what was there) by finite differences.
+TEST(MoeRouterZLoss, LogSumExpAndGradientMatchFiniteDifferences) {
+  constexpr int64_t kT = 4, kE = 6;
+  constexpr double kScale = 0.37;
+  Generator gen(917);
+  Tensor logits = test::random_tensor(gen, {kT, kE}, DType::F64, 3.0);
+  auto lse_of = [&] {
+    Tensor lse = Tensor::empty({kT}, DType::F64);
+    ops::moe_router_lse(logits, lse);
+    return lse.to_doubles();
+  };
+  const std::vector<double> z = logits.to_doubles(), lse = lse_of();
+  for (int64_t t = 0; t < kT; ++t) {
+    double s = 0;
+    for (int64_t e = 0; e < kE; ++e) s += std::exp(z[size_t(t * kE + e)]);
+    EXPECT_NEAR(lse[size_t(t)], std::log(s), 1e-12);
+  }
+  auto loss = [&] {
+    double s = 0;
+    for (double l : lse_of()) s += kScale * l * l;
+    return s;
+  };
+  const std::vector<double> numeric = test::numeric_gradient(loss, logits);
+  const std::vector<double> start = test::random_vector(gen, size_t(kT * kE));
+  Tensor dlogits = Tensor::from_doubles(start, {kT, kE}, DType::F64);
+  Tensor l = Tensor::from_doubles(lse, {kT}, DType::F64);
+  ops::moe_router_z_loss_backward(logits, l, kScale, dlogits);
+  std::vector<double> added = dlogits.to_doubles();
+  for (size_t i = 0; i < added.size(); ++i) added[i] -= start[i];
+  EXPECT_LT(test::relative_error(added, numeric), 1e-8);
 }
 
 struct BackwardCase {

@@ -5,7 +5,9 @@
 // out-of-range ints, a directory given for a file, missing files, empty and
 // invalid tokens files, huge token ids, bad parallel sizes, bad pipeline
 // layouts and microbatch counts, context parallelism where it cannot run,
-// bb-convert commands, output folders and checkpoints.
+// bb-convert commands, output folders and checkpoints, MoE models: ep not
+// dividing the experts, top-k above the expert count, a checkpoint holding a
+// layer's experts in both layouts.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 #include "tests/tools/tool_runner.h"
 
 namespace bb::test {
@@ -76,6 +79,19 @@ const fs::path& scratch() {
                                         " out=" + (d / "ck_missing_shard").string());
     if (made.code != 0) ADD_FAILURE() << made.out;
     fs::remove(d / "ck_missing_shard" / "model" / "model.safetensors");
+    // A qwen3_moe checkpoint whose layer 0 holds its experts fused and one per-expert tensor too.
+    {
+      const std::string fixtures = std::string(BB_SOURCE_DIR) + "/tests/fixtures/";
+      const fs::path mixed = d / "moe_mixed_layouts";
+      fs::create_directories(mixed);
+      fs::copy_file(fixtures + "qwen3_moe_fused/config.json", mixed / "config.json");
+      const HFCheckpoint fused = HFCheckpoint::open(fixtures + "qwen3_moe_fused");
+      std::vector<std::pair<std::string, Tensor>> tensors;
+      for (const std::string& name : fused.names()) tensors.emplace_back(name, fused.get(name));
+      const std::string per_expert = "model.layers.0.mlp.experts.0.gate_proj.weight";
+      tensors.emplace_back(per_expert, HFCheckpoint::open(fixtures + "qwen3_moe_experts").get(per_expert));
+      save_hf_checkpoint(mixed.string(), tensors);
+    }
     // An indexed dataset whose .idx is a folder.
     write(d / "ds_idx_is_dir.bin", "");
     fs::create_directories(d / "ds_idx_is_dir.idx");
@@ -98,6 +114,9 @@ std::string substitute(std::string s) {
 }
 
 const std::string kCorrectness = "hf_path={fx} tokens={fx}/tokens.json ";
+const std::string kMoe =
+    "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_moe_experts tokens=" + std::string(BB_SOURCE_DIR) +
+    "/tests/fixtures/qwen3_moe_experts/tokens.json ";
 const std::string kBench = "backend=bb hf_path={fx} bench.seq_len=8 bench.warmup=0 ";
 const std::string kTrain = "recipe=recipes/qwen3_tiny_pretrain.json output.dir={tmp}/train_out train.steps=2 "
                            "optimizer.lr_warmup_steps=1 ";
@@ -280,6 +299,21 @@ std::vector<Row> rows() {
        "logits with backend.parallel.cp = 2 > 1 are not implemented yet", 2},
       {"correctness_cp_above_world_size", "bb-correctness", kCorrectness + "backend.parallel.cp=4", 1,
        "world size 2 is not divisible by tp*cp*pp = 4", 2},
+      // MoE models (on every rank, no hang).
+      {"correctness_moe_ep_not_dividing_experts", "bb-correctness", kMoe + "backend.parallel.ep=4", 1,
+       "expert parallelism: backend.parallel.ep = 4 does not divide the model's 6 experts", 4},
+      {"correctness_moe_topk_above_experts", "bb-correctness",
+       kMoe + "'backend.model_overrides={\"num_experts_per_tok\": 7}'", 1,
+       "qwen3_moe: num_experts_per_tok 7 must lie in [1, num_experts = 6]"},
+      {"correctness_moe_mixed_expert_layouts", "bb-correctness",
+       "hf_path={tmp}/moe_mixed_layouts tokens=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_moe_fused/tokens.json", 1,
+       "layer 0 holds its experts both fused ('model.layers.0.mlp.experts.gate_up_proj') and per expert "
+       "('model.layers.0.mlp.experts.0.gate_proj.weight')"},
+      {"correctness_moe_aux_loss_type", "bb-correctness",
+       kMoe + "'backend.model_overrides={\"moe_aux_loss_type\": \"switch\"}'", 1,
+       "moe_aux_loss_type 'switch' is not one of hf, megatron"},
+      {"correctness_moe_hf_aux_loss_under_pp", "bb-correctness", kMoe + "backend.parallel.pp=2 num_microbatches=2", 1,
+       "the hf form of the router auxiliary loss couples every layer", 2},
   };
   for (const char* key : kFloatKeys) {
     std::string name = std::string("correctness_nan_") + key;

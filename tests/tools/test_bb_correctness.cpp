@@ -48,6 +48,22 @@ TEST(BBCorrectness, PrintsReferenceFieldsMatchingHF) {
   EXPECT_EQ(bytes, long(4 * shape[0].get<long>() * shape[1].get<long>() * shape[2].get<long>()));
 }
 
+// Experts stored fused (transformers 5's save_original_format=False) are
+// reported as the fused tensors HF names, each norm over the whole tensor.
+TEST(BBCorrectness, FusedExpertsUnderTheCheckpointNames) {
+  const std::string dir = bb::test::fixture_dir("qwen3_moe_fused");
+  const nlohmann::json ref = bb::test::read_json(dir + "/reference.json");
+  Result r = run("hf_path=" + dir + " tokens=" + dir + "/tokens.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(ref["per_param_grad_norm"].contains("model.layers.0.mlp.experts.gate_up_proj"));
+  EXPECT_EQ(j["per_param_grad_norm"].size(), ref["per_param_grad_norm"].size());
+  for (const auto& [name, norm] : ref["per_param_grad_norm"].items()) {
+    ASSERT_TRUE(j["per_param_grad_norm"].contains(name)) << name;
+    EXPECT_NEAR(j["per_param_grad_norm"][name].get<double>(), norm.get<double>(), 1e-8 * norm.get<double>()) << name;
+  }
+}
+
 TEST(BBCorrectness, UnknownKeyIsOneErrorLine) {
   Result r = run("hf_path=x tokens=y optimizer.learning_rate=1");
   EXPECT_EQ(r.code, 1);

@@ -110,6 +110,37 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"tied8_pp4_vpp1_dp2", "qwen3_gqa", true, 8, 4, 1, 1, "", 4}),
     [](const auto& info) { return info.param.name; });
 
+// MoE under pp: Megatron's per-layer aux loss and the z-loss, each stage's
+// layers adding their own (qwen3_moe_mixed: a dense layer, then two MoE
+// layers; the split puts one MoE layer on each stage). Both runs use the same
+// microbatches, since each microbatch has its own router statistics.
+TEST(PipelineParallelMoe, PerLayerAuxLossMatchesSingleRank) {
+  const fs::path tmp = fs::temp_directory_path() / ("bb_pp_moe_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  const std::string tokens = test::random_tokens_file("bb_pp_moe_tokens", 7, 8, 9, 89);
+  auto run = [&](bool parallel, const std::string& out) {
+    std::string cmd = test::tool("bb-correctness") + " hf_path=" + test::fixture_dir("qwen3_moe_mixed") +
+                      " tokens=" + tokens + " steps=3 optimizer.lr=0.01 num_microbatches=2 params_out=" + out +
+                      " 'backend.model_overrides={\"moe_aux_loss_type\":\"megatron\",\"router_z_loss_coef\":0.01}'";
+    if (parallel) cmd = test::mpirun(2) + cmd + " backend.parallel.pp=2 'backend.parallel.pp_layout=E,t,t|t,L'";
+    const test::ToolResult r = test::run_command(cmd, 300);
+    EXPECT_EQ(r.code, 0) << cmd << "\n" << r.out;
+    return test::last_json_line(r.out);
+  };
+  const nlohmann::json single = run(false, (tmp / "single").string());
+  const nlohmann::json par = run(true, (tmp / "parallel").string());
+  ASSERT_TRUE(single.contains("aux_loss"));
+  EXPECT_LT(test::rel(par["aux_loss"], single["aux_loss"]), 1e-10);
+  EXPECT_LT(test::rel(par["loss"], single["loss"]), 1e-10);
+  EXPECT_LT(test::rel(par["grad_norm"], single["grad_norm"]), 1e-10);
+  ASSERT_EQ(par["losses"].size(), single["losses"].size());
+  for (size_t i = 0; i < single["losses"].size(); ++i)
+    EXPECT_LT(test::rel(par["losses"][i], single["losses"][i]), 1e-10) << "step " << i;
+  expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), "moe pp2");
+  fs::remove_all(tmp);
+  fs::remove(tokens);
+}
+
 }  // namespace
 }  // namespace bb
 #endif

@@ -91,8 +91,8 @@ Tensor Decoder::forward(const DeviceMicroBatch& mb, const Tensor& hidden_in, con
   auto st = std::make_unique<State>();
   st->units.resize(units_.size());
   st->seq = mb.seq;
-  if (spec_.router_aux_loss) {
-    st->router_aux = std::make_unique<RouterAuxLoss>(spec_.router_aux_loss_coef * mb.aux_loss_weight);
+  if (spec_.moe) {
+    st->router_aux = std::make_unique<RouterAuxLoss>(spec_.router_losses, mb.aux_loss_weight);
     st->seq.router_aux = st->router_aux.get();
   }
   Tensor x = hidden_in;
@@ -130,8 +130,21 @@ Tensor Decoder::backward(const DeviceMicroBatch& mb, const Tensor& grad_out, For
 AuxLoss Decoder::aux_loss(const ForwardState& state) const {
   const State& st = static_cast<const State&>(state);
   if (!st.router_aux) return {};
-  const double v = st.router_aux->value();
-  return {true, v, st.router_aux->grad_scale() * v};
+  const RouterAuxLoss& r = *st.router_aux;
+  AuxLoss out;
+  out.present = r.config().aux;
+  out.value = r.value();
+  out.loss = r.loss();
+  if (r.config().z_coeff != 0.0) out.metrics["z_loss"] = r.z_value();
+  double dropped = 0;
+  for (const RouterAuxLoss::Load& l : r.loads()) {
+    const std::string layer = std::to_string(l.layer);
+    out.metrics["expert_load_min." + layer] = double(l.min_rows);
+    out.metrics["expert_load_max." + layer] = double(l.max_rows);
+    dropped += double(l.dropped_rows);
+  }
+  if (!r.loads().empty()) out.metrics["dropped_tokens"] = dropped;
+  return out;
 }
 
 void Decoder::grads_ready(size_t first, size_t end, const GradReadyFn& on_grad_ready) {

@@ -18,6 +18,7 @@
 #include "bumblebee/model/protocol.h"
 #include "bumblebee/primitive/modules/embedding.h"
 #include "bumblebee/primitive/modules/lm_head.h"
+#include "bumblebee/primitive/modules/moe/router_aux_loss.h"
 #include "bumblebee/primitive/modules/rmsnorm.h"
 
 namespace bb {
@@ -28,11 +29,13 @@ struct DecoderSpec {
   double norm_eps = 1e-6;
   double initializer_range = 0.02;    // std of the normal init of every matrix
   bool tie_word_embeddings = false;
-  // MoE models with output_router_logits: every microbatch's forward records
-  // the load-balancing loss over all MoE layers (RouterAuxLoss), and the loss
-  // adds router_aux_loss_coef x it.
-  bool router_aux_loss = false;
-  double router_aux_loss_coef = 0.0;
+  // MoE models: every microbatch's forward records the router statistics of
+  // its MoE layers (RouterAuxLoss: expert load, dropped rows) and the router
+  // losses `router_losses` turns on (the load-balancing loss when
+  // output_router_logits, the z-loss), and the loss adds each coefficient x it.
+  bool moe = false;
+  RouterLossConfig router_losses;
+  ModelChunk::RouterShape router_shape;   // the whole model's (router replay)
   // Declares and builds decoder layer `layer`, its parameters named `prefix` + HF suffix.
   std::function<std::unique_ptr<Block>(ParamStore& store, const std::string& prefix, int64_t layer)> build_layer;
   // ModelChunk::train_flops of the whole model.
@@ -55,6 +58,7 @@ class Decoder : public ModelChunk {
   Tensor backward(const DeviceMicroBatch& mb, const Tensor& grad_out, ForwardState& state,
                   const GradReadyFn& on_grad_ready) override;
   AuxLoss aux_loss(const ForwardState& state) const override;
+  RouterShape router_shape() const override { return spec_.router_shape; }
   Tensor logits(const DeviceMicroBatch& mb) override;
 
  private:

@@ -5,6 +5,7 @@
 
 #include "bumblebee/core/edit_distance.h"
 #include "bumblebee/core/error.h"
+#include "bumblebee/primitive/modules/moe/router_aux_loss.h"
 
 namespace bb {
 
@@ -18,7 +19,8 @@ int64_t positive_int(const nlohmann::json& j, const char* key) {
 
 const char* kMoeKeys[] = {"num_experts",          "num_experts_per_tok", "moe_intermediate_size",
                           "decoder_sparse_step",  "mlp_only_layers",     "norm_topk_prob",
-                          "output_router_logits", "router_aux_loss_coef"};
+                          "output_router_logits", "router_aux_loss_coef", "moe_aux_loss_type",
+                          "router_z_loss_coef",   "moe_expert_capacity_factor"};
 }  // namespace
 
 bool Qwen3MoeConfig::is_moe_layer(int64_t layer) const {
@@ -36,6 +38,9 @@ nlohmann::json Qwen3MoeConfig::to_json() const {
   j["norm_topk_prob"] = norm_topk_prob;
   j["output_router_logits"] = output_router_logits;
   j["router_aux_loss_coef"] = router_aux_loss_coef;
+  j["moe_aux_loss_type"] = moe_aux_loss_type;
+  j["router_z_loss_coef"] = router_z_loss_coef;
+  j["moe_expert_capacity_factor"] = moe_expert_capacity_factor;
   return j;
 }
 
@@ -52,6 +57,13 @@ Qwen3MoeConfig Qwen3MoeConfig::from_json(const nlohmann::json& j) {
   c.norm_topk_prob = j.at("norm_topk_prob").get<bool>();
   c.output_router_logits = j.at("output_router_logits").get<bool>();
   c.router_aux_loss_coef = j.at("router_aux_loss_coef").get<double>();
+  c.moe_aux_loss_type = j.at("moe_aux_loss_type").get<std::string>();
+  c.router_z_loss_coef = j.at("router_z_loss_coef").get<double>();
+  c.moe_expert_capacity_factor = j.at("moe_expert_capacity_factor").get<double>();
+  parse_aux_loss_type(c.moe_aux_loss_type);
+  BB_CHECK(c.router_z_loss_coef >= 0, "qwen3_moe: router_z_loss_coef must be >= 0, got ", c.router_z_loss_coef);
+  BB_CHECK(c.moe_expert_capacity_factor >= 0, "qwen3_moe: moe_expert_capacity_factor must be >= 0 (0: no drop), got ",
+           c.moe_expert_capacity_factor);
   BB_CHECK(c.num_experts > 0, "qwen3_moe: num_experts must be positive, got ", c.num_experts);
   BB_CHECK(c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.num_experts, "qwen3_moe: num_experts_per_tok ",
            c.num_experts_per_tok, " must lie in [1, num_experts = ", c.num_experts, "]");
@@ -79,6 +91,9 @@ Qwen3MoeConfig parse_qwen3_moe_hf_config(const nlohmann::json& hf, const nlohman
   j["norm_topk_prob"] = hf.value("norm_topk_prob", false);
   j["output_router_logits"] = hf.value("output_router_logits", false);
   j["router_aux_loss_coef"] = hf.value("router_aux_loss_coef", 0.001);
+  j["moe_aux_loss_type"] = "hf";
+  j["router_z_loss_coef"] = 0.0;
+  j["moe_expert_capacity_factor"] = 0.0;
   for (const auto& [k, v] : overrides.items()) {
     if (!j.contains(k)) {
       std::string nearest;

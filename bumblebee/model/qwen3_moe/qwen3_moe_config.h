@@ -9,8 +9,14 @@
 // Layer i is a MoE layer, by HF's rule, when it is not in mlp_only_layers
 // and (i + 1) % decoder_sparse_step == 0; the others have the dense SwiGLU
 // MLP of intermediate_size.
+//
+// Beyond HF's keys (set through backend.model_overrides): moe_aux_loss_type
+// ("hf": HF's loss over all layers, the default; "megatron": Megatron's
+// per-layer loss), router_z_loss_coef (0: no z-loss) and
+// moe_expert_capacity_factor (0: no token is dropped). See docs/models.md.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +31,8 @@ struct Qwen3MoeConfig {
   std::vector<int64_t> mlp_only_layers;
   bool norm_topk_prob = false, output_router_logits = false;
   double router_aux_loss_coef = 0.001;
+  std::string moe_aux_loss_type = "hf";
+  double router_z_loss_coef = 0.0, moe_expert_capacity_factor = 0.0;
 
   bool is_moe_layer(int64_t layer) const;
   nlohmann::json to_json() const;

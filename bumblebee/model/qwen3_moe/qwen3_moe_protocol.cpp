@@ -49,9 +49,16 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
   spec.norm_eps = d.rms_norm_eps;
   spec.initializer_range = d.initializer_range;
   spec.tie_word_embeddings = d.tie_word_embeddings;
-  spec.router_aux_loss = cfg.output_router_logits;
-  spec.router_aux_loss_coef = cfg.router_aux_loss_coef;
-  spec.build_layer = [lc, &pc, inv_freq, cfg, recompute = ctx.recompute, range = ctx.layers](
+  spec.moe = true;
+  std::vector<int64_t> moe_index(size_t(d.num_layers), 0);   // layer -> its place among the MoE layers
+  int64_t moe_layers = 0;
+  for (int64_t i = 0; i < d.num_layers; ++i)
+    if (cfg.is_moe_layer(i)) moe_index[size_t(i)] = moe_layers++;
+  spec.router_losses = {cfg.output_router_logits, parse_aux_loss_type(cfg.moe_aux_loss_type),
+                        cfg.router_aux_loss_coef, cfg.router_z_loss_coef};
+  spec.router_shape = {moe_layers, cfg.num_experts_per_tok, cfg.num_experts,
+                       spec.router_losses.aux && spec.router_losses.aux_type == AuxLossType::Hf};
+  spec.build_layer = [lc, &pc, inv_freq, cfg, moe_index, recompute = ctx.recompute, range = ctx.layers](
                          ParamStore& store, const std::string& prefix, int64_t layer) {
     const SelectiveRecompute sel = recompute.selective_for(layer, range);
     DecoderLayerConfig layer_cfg = lc;
@@ -67,6 +74,9 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
       moe_cfg.norm_topk_prob = cfg.norm_topk_prob;
       moe_cfg.recompute_activation = sel.mlp;
       moe_cfg.score = ops::MoeScore::Softmax;
+      moe_cfg.layer = layer;
+      moe_cfg.moe_index = moe_index[size_t(layer)];
+      moe_cfg.capacity_factor = cfg.moe_expert_capacity_factor;
       ffn = sparse_moe(moe_cfg, pc);
       if (sel.moe) ffn = recomputed(std::move(ffn));
     } else {

@@ -94,5 +94,7 @@ void moe_row_weights(const Tensor& weights, const Tensor& token_of_row, const Te
 void moe_gather_row_grads(const Tensor& drow_weights, const Tensor& token_of_row, const Tensor& slot_of_row,
                           Tensor& dweights);
 void moe_score_sums(const Tensor& scores, Tensor& sums);
+void moe_router_lse(const Tensor& logits, Tensor& lse);
+void moe_router_z_loss_backward(const Tensor& logits, const Tensor& lse, double scale, Tensor& dlogits);
 
 }  // namespace bb::cpu

@@ -193,4 +193,30 @@ void moe_score_sums(const Tensor& scores, Tensor& sums) {
   sums.copy_from(Tensor::from_doubles(s, sums.shape(), sums.dtype()));
 }
 
+void moe_router_lse(const Tensor& logits, Tensor& lse) {
+  const int64_t tokens = logits.size(0), e_count = logits.size(1);
+  const std::vector<double> z = logits.to_doubles();
+  std::vector<double> out(size_t(tokens), 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const double* row = z.data() + t * e_count;
+    const double m = *std::max_element(row, row + e_count);
+    double s = 0;
+    for (int64_t e = 0; e < e_count; ++e) s += std::exp(row[e] - m);
+    out[size_t(t)] = m + std::log(s);
+  }
+  lse.copy_from(Tensor::from_doubles(out, lse.shape(), lse.dtype()));
+}
+
+void moe_router_z_loss_backward(const Tensor& logits, const Tensor& lse, double scale, Tensor& dlogits) {
+  const int64_t tokens = logits.size(0), e_count = logits.size(1);
+  const std::vector<double> z = logits.to_doubles(), l = lse.to_doubles();
+  std::vector<double> d = dlogits.to_doubles();
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t e = 0; e < e_count; ++e) {
+      const size_t i = size_t(t * e_count + e);
+      d[i] += scale * 2.0 * l[size_t(t)] * std::exp(z[i] - l[size_t(t)]);
+    }
+  dlogits.copy_from(Tensor::from_doubles(d, dlogits.shape(), dlogits.dtype()));
+}
+
 }  // namespace bb::cpu

@@ -216,6 +216,32 @@ void check_f32(const char* op, std::initializer_list<std::pair<const Tensor*, co
   }
 }
 
+// The z-loss: one thread per token, as the routing (E is a few hundred).
+template <typename L>
+__global__ void router_lse_kernel(const L* __restrict__ logits, int64_t tokens, int64_t experts,
+                                  float* __restrict__ lse) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const L* zt = logits + t * experts;
+  float m = -INFINITY;
+  for (int64_t e = 0; e < experts; ++e) m = fmaxf(m, to_float(zt[e]));
+  float s = 0.f;
+  for (int64_t e = 0; e < experts; ++e) s += expf(to_float(zt[e]) - m);
+  lse[t] = m + logf(s);
+}
+
+template <typename L>
+__global__ void router_z_loss_backward_kernel(const L* __restrict__ logits, const float* __restrict__ lse,
+                                              int64_t tokens, int64_t experts, float scale, L* __restrict__ dlogits) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const float g = scale * 2.f * lse[t];
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t i = t * experts + e;
+    dlogits[i] = from_float<L>(to_float(dlogits[i]) + g * expf(to_float(logits[i]) - lse[t]));
+  }
+}
+
 }  // namespace
 
 void moe_router_forward(const Tensor& logits, const ops::MoeRouterConfig& cfg, const Tensor& expert_bias,
@@ -334,6 +360,39 @@ void moe_score_sums(const Tensor& scores, Tensor& sums) {
   DeviceGuard guard(scores.device().index);
   score_sums_kernel<<<int(experts), kThreads, 0, current_stream()>>>(scores.data<float>(), scores.size(0), experts,
                                                                      sums.data<float>());
+  CUDA_CHECK_LAUNCH(op);
+}
+
+void moe_router_lse(const Tensor& logits, Tensor& lse) {
+  const char* op = "moe_router_lse";
+  check_cuda(logits, op, "logits");
+  check_f32(op, {{&lse, "lse"}});
+  const int64_t tokens = logits.size(0), experts = logits.size(1);
+  if (tokens == 0) return;
+  DeviceGuard guard(logits.device().index);
+  dispatch_activation(logits.dtype(), op, [&](auto tag) {
+    using L = decltype(tag);
+    router_lse_kernel<L><<<grid_for(tokens, kThreads), kThreads, 0, current_stream()>>>(
+        static_cast<const L*>(logits.raw()), tokens, experts, lse.data<float>());
+  });
+  CUDA_CHECK_LAUNCH(op);
+}
+
+void moe_router_z_loss_backward(const Tensor& logits, const Tensor& lse, double scale, Tensor& dlogits) {
+  const char* op = "moe_router_z_loss_backward";
+  check_cuda(logits, op, "logits");
+  check_f32(op, {{&lse, "lse"}});
+  BB_CHECK(dlogits.dtype() == logits.dtype(), op, ": dlogits is ", dtype_name(dlogits.dtype()), " but logits is ",
+           dtype_name(logits.dtype()));
+  const int64_t tokens = logits.size(0), experts = logits.size(1);
+  if (tokens == 0) return;
+  DeviceGuard guard(logits.device().index);
+  dispatch_activation(logits.dtype(), op, [&](auto tag) {
+    using L = decltype(tag);
+    router_z_loss_backward_kernel<L><<<grid_for(tokens, kThreads), kThreads, 0, current_stream()>>>(
+        static_cast<const L*>(logits.raw()), lse.data<float>(), tokens, experts, float(scale),
+        static_cast<L*>(dlogits.raw()));
+  });
   CUDA_CHECK_LAUNCH(op);
 }
 

@@ -19,6 +19,7 @@
 namespace bb {
 
 class RouterAuxLoss;   // primitive/modules/moe/router_aux_loss.h
+class RouterReplay;    // primitive/modules/moe/router_replay.h
 
 // Per-microbatch inputs shared by every layer: positions and sequence layout.
 // With context parallelism (cp > 1) the T local tokens are two halves, chunk
@@ -29,9 +30,11 @@ struct SequenceLayout {
   Tensor position_ids;   // [T] int64 on the compute device
   Tensor cu_seqlens;     // [S+1] int32 on the compute device
   int64_t max_seqlen = 0;
-  // MoE models with the load-balancing loss: the microbatch's accumulator
-  // that every MoE layer records its router output into (null otherwise).
+  // MoE models: the microbatch's accumulator that every MoE layer records its
+  // router losses and load into (null otherwise).
   RouterAuxLoss* router_aux = nullptr;
+  // Router replay: the experts each MoE layer records or is given (null: none).
+  RouterReplay* router_replay = nullptr;
 };
 
 struct BlockState {

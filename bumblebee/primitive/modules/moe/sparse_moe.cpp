@@ -4,7 +4,9 @@
 #include <algorithm>
 
 #include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/modules/moe/expert_capacity.h"
 #include "bumblebee/primitive/modules/moe/router_aux_loss.h"
+#include "bumblebee/primitive/modules/moe/router_replay.h"
 
 namespace bb {
 
@@ -64,9 +66,28 @@ SparseMoE::SparseMoE(ParamStore& store, const std::string& prefix, const SparseM
 Tensor SparseMoE::forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) {
   auto s = std::make_unique<Saved>();
   s->x = tp_->enter(x);
-  s->routing = router_.forward(s->x);
-  const Routing& r = s->routing;
+  s->aux = seq.router_aux;
+  const bool z_loss = s->aux && s->aux->config().z_coeff != 0.0;
+  RouterReplay* replay = seq.router_replay;
+  const bool replaying = replay && replay->mode() == RouterReplayMode::Replay;
+  s->routing = router_.forward(
+      s->x, replaying ? replay->forced_experts(cfg_.moe_index, s->x.size(0), x.device()) : Tensor(), z_loss);
+  if (replay && replay->mode() == RouterReplayMode::Record) replay->record(cfg_.moe_index, s->routing.experts);
+  Routing& r = s->routing;
+  const std::vector<int64_t>& rows_per_expert = r.rows_per_expert;
   const int64_t n = r.token_of_row.size(0);
+  int64_t dropped = 0;
+  if (cfg_.capacity_factor > 0) {
+    const int64_t capacity = expert_capacity(r.tokens, cfg_.top_k, cfg_.num_experts, cfg_.capacity_factor);
+    const std::vector<double> keep = capacity_keep_mask(r.row_weights.to_doubles(), rows_per_expert, capacity);
+    for (double k : keep) dropped += k == 0.0 ? 1 : 0;
+    if (dropped > 0) {
+      s->row_keep = Tensor::from_doubles(keep, {n}, r.row_weights.dtype()).to(x.device());
+      Tensor kept = Tensor::empty({n}, r.row_weights.dtype(), x.device());
+      ops::mul(r.row_weights, s->row_keep, kept);
+      r.row_weights = kept;
+    }
+  }
   s->x_perm = Tensor::empty({n, cfg_.hidden}, x.dtype(), x.device());
   ops::moe_permute(s->x, r.token_of_row, s->x_perm);
   const RowShare share = row_share(r.rows_per_expert, tp_->rank(), tp_->size());
@@ -90,8 +111,15 @@ Tensor SparseMoE::forward(const Tensor& x, const SequenceLayout& seq, std::uniqu
   // The auxiliary loss's P are the router probabilities (HF applies the
   // softmax to the router logits once more, in load_balancing_loss_func).
   // A recomputed forward finds the accumulator finished and adds nothing.
-  s->aux = seq.router_aux;
-  if (s->aux) s->aux->add_layer(r.scores, r.rows_per_expert);
+  if (s->aux) {
+    s->aux->add_layer(r.scores, rows_per_expert);
+    if (z_loss && !s->aux->finished()) {
+      double z = 0;
+      for (double l : r.lse.to_doubles()) z += l * l;
+      s->aux->add_z_loss(r.tokens > 0 ? z / double(r.tokens) : 0.0);
+    }
+    s->aux->add_load(cfg_.layer, rows_per_expert, dropped);
+  }
   state = std::move(s);
   return tp_->exit(y);
 }
@@ -106,6 +134,11 @@ Tensor SparseMoE::backward(const Tensor& dy_shard, const SequenceLayout&, std::u
   // y_perm is zero outside this tp rank's share, so drow_weights is this rank's part.
   Tensor drow_weights = Tensor::empty({n}, r.row_weights.dtype(), dy.device());
   ops::moe_unpermute_backward(dy, s.y_perm, r.token_of_row, r.row_weights, dy_perm, drow_weights);
+  if (s.row_keep.defined()) {   // a dropped row's weight is a constant 0
+    Tensor kept = Tensor::empty({n}, drow_weights.dtype(), dy.device());
+    ops::mul(drow_weights, s.row_keep, kept);
+    drow_weights = kept;
+  }
   const Tensor dy_share = tp_->size() > 1 ? dy_perm.narrow(s.share_begin, s.share_rows) : dy_perm;
 
   // dispatch and combine are each other's adjoints: the output gradient goes
@@ -118,11 +151,14 @@ Tensor SparseMoE::backward(const Tensor& dy_shard, const SequenceLayout&, std::u
   ops::moe_permute_backward(dx_perm, r.token_of_row, dx);
 
   // The auxiliary loss through P: the same gradient [E] for every token's
-  // scores. Every tp rank routed all tokens, so one of them adds it.
+  // scores. Every tp rank routed all tokens, so one of them adds it (and the z-loss's).
   Tensor d_scores;
-  if (s.aux && s.aux->grad_scale() != 0.0 && tp_->rank() == 0)
-    d_scores = Tensor::from_doubles(s.aux->expert_grad(), {cfg_.num_experts}, r.scores.dtype()).to(dy.device());
-  router_.backward(r, drow_weights, d_scores, s.x, dx);
+  const bool adds_router_losses = s.aux && tp_->rank() == 0;
+  if (adds_router_losses && s.aux->grad_scale() != 0.0)
+    d_scores = Tensor::from_doubles(s.aux->expert_grad(r.rows_per_expert, r.tokens), {cfg_.num_experts},
+                                    r.scores.dtype())
+                   .to(dy.device());
+  router_.backward(r, drow_weights, d_scores, s.x, dx, adds_router_losses ? s.aux->z_grad_scale() : 0.0);
   state.reset();
   return tp_->enter_backward(dx);
 }

@@ -12,8 +12,12 @@
 // takes the routing weights' gradients back into the router.
 //
 // When the layout carries a RouterAuxLoss (SequenceLayout::router_aux), the
-// block records its router output there in forward and adds the auxiliary
-// loss's gradient to its router's probabilities in backward.
+// block records its router output, z-loss and expert load there in forward
+// and adds the auxiliary loss's gradient to its router's probabilities (and
+// the z-loss's to its logits) in backward. With a capacity factor the rows
+// beyond each expert's capacity are dropped (expert_capacity.h). With a
+// RouterReplay (SequenceLayout::router_replay) the block records its choices
+// there or routes to the ones given.
 //
 // Parallel layouts (Megatron's MoE parallel folding: ep and etp carved from
 // the tp x dp ranks of a stage independently of tp; docs/distributed.md):
@@ -59,6 +63,9 @@ struct SparseMoEConfig {
   ops::MoeScore score = ops::MoeScore::Softmax;
   int64_t num_groups = 0, topk_groups = 0;
   double routed_scaling_factor = 1.0;
+  int64_t layer = 0;              // the decoder layer, for the load metrics
+  int64_t moe_index = 0;          // the model's moe_index-th MoE layer, for router replay
+  double capacity_factor = 0.0;   // moe_expert_capacity_factor; 0: no token is dropped
 };
 
 class SparseMoE : public Block {
@@ -73,6 +80,7 @@ class SparseMoE : public Block {
     std::vector<int64_t> offsets;         // [L + 1]: local expert l's rows of x_experts are [offsets[l], offsets[l + 1])
     GroupedExperts::Saved experts;        // the experts' activations
     RouterAuxLoss* aux = nullptr;
+    Tensor row_keep;                      // [N] 1 kept, 0 dropped by the capacity; undefined: none dropped
   };
   SparseMoE(ParamStore& store, const std::string& prefix, const SparseMoEConfig& cfg, ParallelContext& pc);
   Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;

@@ -16,7 +16,7 @@ TopKRouter::TopKRouter(ParamStore& store, const std::string& prefix, const TopKR
                        InitKind::Zeros, ParamClass::Buffer);
 }
 
-Routing TopKRouter::forward(const Tensor& x, const Tensor& forced_experts) const {
+Routing TopKRouter::forward(const Tensor& x, const Tensor& forced_experts, bool z_loss) const {
   const int64_t e_count = cfg_.num_experts, k = cfg_.routing.top_k;
   const Device dev = x.device();
   const DType st = router_stat_dtype(x.dtype());
@@ -39,15 +39,21 @@ Routing TopKRouter::forward(const Tensor& x, const Tensor& forced_experts) const
   ops::moe_row_weights(r.weights, r.token_of_row, r.slot_of_row, r.row_weights);
   const Tensor host_counts = counts.to(Device::cpu());
   r.rows_per_expert.assign(host_counts.data<int64_t>(), host_counts.data<int64_t>() + e_count);
+  if (z_loss) {
+    r.lse = Tensor::empty({r.tokens}, st, dev);
+    ops::moe_router_lse(r.logits, r.lse);
+  }
   return r;
 }
 
 void TopKRouter::backward(const Routing& r, const Tensor& drow_weights, const Tensor& dscores, const Tensor& x,
-                          Tensor& dx) const {
+                          Tensor& dx, double z_scale) const {
   Tensor dweights = Tensor::empty(r.weights.shape(), r.weights.dtype(), x.device());
   ops::moe_gather_row_grads(drow_weights, r.token_of_row, r.slot_of_row, dweights);
   Tensor dlogits = Tensor::empty(r.logits.shape(), x.dtype(), x.device());
   ops::moe_router_backward(dweights, dscores, r.logits, r.scores, r.experts, r.weights, cfg_.routing, dlogits);
+  if (r.lse.defined() && z_scale != 0.0 && r.tokens > 0)
+    ops::moe_router_z_loss_backward(r.logits, r.lse, z_scale / double(r.tokens), dlogits);
   linear_backward(dlogits, x, weight_->value, weight_->grad, dx, true);
 }
 

@@ -11,7 +11,8 @@
 // of a layer's routing, which the expert loop and the dispatcher need to size
 // their work. Backward takes the gradients of the routing weights (and any
 // extra gradient of the scores, from the auxiliary loss) back through the
-// router to the logits, then to x and W.
+// router to the logits, adds the router z-loss's gradient there when asked,
+// then goes on to x and W.
 #pragma once
 
 #include <string>
@@ -38,19 +39,23 @@ struct Routing {
   Tensor slot_of_row;   // [N] int64: the row's position j in its token's top-k
   Tensor row_weights;   // [N] the row's routing weight
   std::vector<int64_t> rows_per_expert;   // [E] on the host
+  Tensor lse;           // [T] logsumexp of the logits (statistics dtype), for the z-loss; else undefined
 };
 
 class TopKRouter {
  public:
   TopKRouter(ParamStore& store, const std::string& prefix, const TopKRouterConfig& cfg);
   Parameter& weight() { return *weight_; }
-  // forced_experts [T, k] int64 (router replay) or undefined.
-  Routing forward(const Tensor& x, const Tensor& forced_experts = Tensor()) const;
+  // forced_experts [T, k] int64 (router replay) or undefined; z_loss: fill
+  // Routing::lse.
+  Routing forward(const Tensor& x, const Tensor& forced_experts = Tensor(), bool z_loss = false) const;
   // drow_weights [N] (the rows' weight gradients); dscores [T, E] or [E], an
-  // extra gradient of the scores (undefined: none). Accumulates into dx
-  // [T, H] (x's dtype and device) and into the router weight's gradient.
-  void backward(const Routing& r, const Tensor& drow_weights, const Tensor& dscores, const Tensor& x,
-                Tensor& dx) const;
+  // extra gradient of the scores (undefined: none); z_scale: the z-loss's
+  // weight (its coefficient x the microbatch's share; the mean over tokens is
+  // taken here). Accumulates into dx [T, H] (x's dtype and device) and into
+  // the router weight's gradient.
+  void backward(const Routing& r, const Tensor& drow_weights, const Tensor& dscores, const Tensor& x, Tensor& dx,
+                double z_scale = 0.0) const;
 
  private:
   TopKRouterConfig cfg_;
