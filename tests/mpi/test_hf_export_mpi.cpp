@@ -58,6 +58,8 @@ void round_trip(const std::string& fixture, const Layout& l) {
   cfg.backend_cfg.parallel.tp = l.tp;
   cfg.backend_cfg.parallel.pp = l.pp;
   cfg.backend_cfg.parallel.ep = l.ep;
+  // The export needs no router loss; HF's form of it cannot be split over pipeline stages.
+  if (fixture.rfind("qwen3_moe", 0) == 0) cfg.backend_cfg.model_overrides["output_router_logits"] = false;
   cfg.export_cfg.bucket_bytes = 4096;
   cfg.export_cfg.max_shard_bytes = 20000;
   const std::string out = "/tmp/bb_hf_export_mpi_" + std::to_string(::getppid()) + "/" + fixture + "_" + l.name();
