@@ -14,6 +14,8 @@ size_t ExpertBiasUpdate::add_layer(Parameter& bias) {
            shape_str(bias.full_shape));
   biases_.push_back(&bias);
   loads_.emplace_back(size_t(bias.full_shape[0]), 0.0);
+  master_.emplace_back();
+  written_.emplace_back();
   return biases_.size() - 1;
 }
 
@@ -41,9 +43,12 @@ void ExpertBiasUpdate::update() {
     Tensor global = Tensor::from_doubles(load, {int64_t(load.size())}, DType::F64).to(bias.value.device());
     if (dp_->size() > 1) dp_->all_reduce(global);
     const std::vector<double> step = expert_bias_step(global.to_doubles(), rate_);
-    std::vector<double> b = bias.value.to_doubles();
+    const std::vector<double> current = bias.value.to_doubles();
+    if (current != written_[i]) master_[i] = current;
+    std::vector<double>& b = master_[i];
     for (size_t e = 0; e < b.size(); ++e) b[e] += step[e];
     bias.value.copy_from(Tensor::from_doubles(b, bias.value.shape(), DType::F64));
+    written_[i] = bias.value.to_doubles();
     std::fill(load.begin(), load.end(), 0.0);
   }
 }

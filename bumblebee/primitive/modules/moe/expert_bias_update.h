@@ -9,7 +9,11 @@
 //   bias_e += rate * sign(mean_e' load_e' - load_e)
 // (0 where an expert's load equals the mean). The counts are taken from the
 // tp group's gathered tokens, which every tp rank routes alike, so they are
-// counted once per tp group and never summed over tp.
+// counted once per tp group and never summed over tp. The biases are kept
+// here in float64 (Megatron keeps them in fp32) so that a bfloat16 parameter
+// does not swallow steps below its spacing; the parameter gets the rounded
+// value, and a value put there from outside (a loaded checkpoint) re-seeds
+// the float64 copy.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +43,7 @@ class ExpertBiasUpdate {
   dist::Communicator* dp_;
   std::vector<Parameter*> biases_;
   std::vector<std::vector<double>> loads_;
+  std::vector<std::vector<double>> master_, written_;   // float64 biases; what was last written to the parameter
 };
 
 // One layer's rule on the step's global loads: rate * sign(mean - load_e) per expert.
