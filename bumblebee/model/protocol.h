@@ -129,6 +129,10 @@ class ModelChunk {
     bool aux_loss_couples_layers = false;
   };
   virtual RouterShape router_shape() const { return {}; }
+  // Called on every rank after each optimizer step (collective over the dp x
+  // cp group): state the model updates outside the gradient, such as the
+  // expert biases of auxiliary-loss-free MoE balancing. Default: nothing.
+  virtual void after_optimizer_step() {}
   // Full-vocabulary logits [T, V] of one microbatch (no gradients; gathered
   // over tp), for validation against a reference. Whole model only.
   virtual Tensor logits(const DeviceMicroBatch& mb) = 0;

@@ -451,7 +451,9 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
 OptimizerStepResult Runtime::optimizer_step(ModelHandle& h) {
   ModelState& st = h.state();
   BB_CHECK(st.training, "optimizer_step in eval mode");
-  return st.optimizer->step(st.schedule->lr_at(st.scheduler_steps));
+  OptimizerStepResult result = st.optimizer->step(st.schedule->lr_at(st.scheduler_steps));
+  for (auto& chunk : st.chunks) chunk->after_optimizer_step();
+  return result;
 }
 
 double Runtime::current_lr(ModelHandle& h) const {

@@ -38,6 +38,8 @@ struct DecoderSpec {
   ModelChunk::RouterShape router_shape;   // the whole model's (router replay)
   // Declares and builds decoder layer `layer`, its parameters named `prefix` + HF suffix.
   std::function<std::unique_ptr<Block>(ParamStore& store, const std::string& prefix, int64_t layer)> build_layer;
+  // ModelChunk::after_optimizer_step; empty: nothing.
+  std::function<void()> after_optimizer_step;
   // ModelChunk::train_flops of the whole model.
   std::function<double(int64_t tokens, int64_t seq_len)> train_flops;
 };
@@ -59,6 +61,9 @@ class Decoder : public ModelChunk {
                   const GradReadyFn& on_grad_ready) override;
   AuxLoss aux_loss(const ForwardState& state) const override;
   RouterShape router_shape() const override { return spec_.router_shape; }
+  void after_optimizer_step() override {
+    if (spec_.after_optimizer_step) spec_.after_optimizer_step();
+  }
   Tensor logits(const DeviceMicroBatch& mb) override;
 
  private:

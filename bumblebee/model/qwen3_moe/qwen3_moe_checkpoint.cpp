@@ -67,6 +67,12 @@ CheckpointMapping qwen3_moe_checkpoint_mapping(const Qwen3MoeConfig& cfg, const 
       m.rules.push_back({name, name, ModelPart::Layer, i, split});
     };
     add(mlp_prefix(i) + "gate.weight", ShardKind::Replicated);
+    // Auxiliary-loss-free balancing's bias, under DeepSeek-V3's HF name; a
+    // Qwen3-MoE checkpoint has none (the bias then starts at zero).
+    if (cfg.moe_router_bias_update_rate > 0) {
+      add(mlp_prefix(i) + "gate.e_score_correction_bias", ShardKind::Replicated);
+      m.rules.back().optional = true;
+    }
     for (int64_t e = 0; e < cfg.num_experts; ++e)
       for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
         const std::string name = expert_prefix(i, e) + proj + ".weight";
@@ -115,6 +121,10 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
     known.insert(rule.hf_name);
     if (!chunk_holds(mapping, rule, range) || (is_expert_rule(rule) && fused.count(rule.layer))) continue;
     Parameter& p = param_named(store, rule.native_name);
+    if (rule.optional && !ckpt.has(rule.hf_name)) {
+      loaded.insert(p.name);
+      continue;
+    }
     check_shape(ckpt, rule.hf_name, p.full_shape);
     const Tensor full = ckpt.get(rule.hf_name);
     check_loadable_weight(rule.hf_name, full);

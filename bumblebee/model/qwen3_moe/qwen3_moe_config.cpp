@@ -20,7 +20,7 @@ int64_t positive_int(const nlohmann::json& j, const char* key) {
 const char* kMoeKeys[] = {"num_experts",          "num_experts_per_tok", "moe_intermediate_size",
                           "decoder_sparse_step",  "mlp_only_layers",     "norm_topk_prob",
                           "output_router_logits", "router_aux_loss_coef", "moe_aux_loss_type",
-                          "router_z_loss_coef",   "moe_expert_capacity_factor"};
+                          "router_z_loss_coef",   "moe_expert_capacity_factor", "moe_router_bias_update_rate"};
 }  // namespace
 
 bool Qwen3MoeConfig::is_moe_layer(int64_t layer) const {
@@ -41,6 +41,7 @@ nlohmann::json Qwen3MoeConfig::to_json() const {
   j["moe_aux_loss_type"] = moe_aux_loss_type;
   j["router_z_loss_coef"] = router_z_loss_coef;
   j["moe_expert_capacity_factor"] = moe_expert_capacity_factor;
+  j["moe_router_bias_update_rate"] = moe_router_bias_update_rate;
   return j;
 }
 
@@ -60,10 +61,13 @@ Qwen3MoeConfig Qwen3MoeConfig::from_json(const nlohmann::json& j) {
   c.moe_aux_loss_type = j.at("moe_aux_loss_type").get<std::string>();
   c.router_z_loss_coef = j.at("router_z_loss_coef").get<double>();
   c.moe_expert_capacity_factor = j.at("moe_expert_capacity_factor").get<double>();
+  c.moe_router_bias_update_rate = j.at("moe_router_bias_update_rate").get<double>();
   parse_aux_loss_type(c.moe_aux_loss_type);
   BB_CHECK(c.router_z_loss_coef >= 0, "qwen3_moe: router_z_loss_coef must be >= 0, got ", c.router_z_loss_coef);
   BB_CHECK(c.moe_expert_capacity_factor >= 0, "qwen3_moe: moe_expert_capacity_factor must be >= 0 (0: no drop), got ",
            c.moe_expert_capacity_factor);
+  BB_CHECK(c.moe_router_bias_update_rate >= 0, "qwen3_moe: moe_router_bias_update_rate must be >= 0 (0: off), got ",
+           c.moe_router_bias_update_rate);
   BB_CHECK(c.num_experts > 0, "qwen3_moe: num_experts must be positive, got ", c.num_experts);
   BB_CHECK(c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.num_experts, "qwen3_moe: num_experts_per_tok ",
            c.num_experts_per_tok, " must lie in [1, num_experts = ", c.num_experts, "]");
@@ -94,6 +98,7 @@ Qwen3MoeConfig parse_qwen3_moe_hf_config(const nlohmann::json& hf, const nlohman
   j["moe_aux_loss_type"] = "hf";
   j["router_z_loss_coef"] = 0.0;
   j["moe_expert_capacity_factor"] = 0.0;
+  j["moe_router_bias_update_rate"] = 0.0;
   for (const auto& [k, v] : overrides.items()) {
     if (!j.contains(k)) {
       std::string nearest;

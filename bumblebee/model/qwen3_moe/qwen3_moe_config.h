@@ -12,8 +12,10 @@
 //
 // Beyond HF's keys (set through backend.model_overrides): moe_aux_loss_type
 // ("hf": HF's loss over all layers, the default; "megatron": Megatron's
-// per-layer loss), router_z_loss_coef (0: no z-loss) and
-// moe_expert_capacity_factor (0: no token is dropped). See docs/models.md.
+// per-layer loss), router_z_loss_coef (0: no z-loss),
+// moe_expert_capacity_factor (0: no token is dropped) and
+// moe_router_bias_update_rate (0: off; > 0: auxiliary-loss-free balancing
+// with an expert bias per MoE layer, expert_bias_update.h). See docs/models.md.
 #pragma once
 
 #include <string>
@@ -32,7 +34,7 @@ struct Qwen3MoeConfig {
   bool norm_topk_prob = false, output_router_logits = false;
   double router_aux_loss_coef = 0.001;
   std::string moe_aux_loss_type = "hf";
-  double router_z_loss_coef = 0.0, moe_expert_capacity_factor = 0.0;
+  double router_z_loss_coef = 0.0, moe_expert_capacity_factor = 0.0, moe_router_bias_update_rate = 0.0;
 
   bool is_moe_layer(int64_t layer) const;
   nlohmann::json to_json() const;

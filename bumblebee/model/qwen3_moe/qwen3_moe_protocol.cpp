@@ -58,14 +58,20 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
                         cfg.router_aux_loss_coef, cfg.router_z_loss_coef};
   spec.router_shape = {moe_layers, cfg.num_experts_per_tok, cfg.num_experts,
                        spec.router_losses.aux && spec.router_losses.aux_type == AuxLossType::Hf};
-  spec.build_layer = [lc, &pc, inv_freq, cfg, moe_index, recompute = ctx.recompute, range = ctx.layers](
+  std::shared_ptr<ExpertBiasUpdate> bias_update;
+  if (cfg.moe_router_bias_update_rate > 0) {
+    bias_update = std::make_shared<ExpertBiasUpdate>(cfg.moe_router_bias_update_rate, pc.dp_cp());
+    spec.after_optimizer_step = [bias_update] { bias_update->update(); };
+  }
+  spec.build_layer = [lc, &pc, inv_freq, cfg, moe_index, bias_update, recompute = ctx.recompute, range = ctx.layers](
                          ParamStore& store, const std::string& prefix, int64_t layer) {
     const SelectiveRecompute sel = recompute.selective_for(layer, range);
     DecoderLayerConfig layer_cfg = lc;
     layer_cfg.attention.recompute_core_attention = sel.core_attn;
     BlockFactory ffn;
     if (cfg.is_moe_layer(layer)) {
-      // Qwen3-MoE's router: softmax top-k, no groups, no scaling, no expert bias.
+      // Qwen3-MoE's router: softmax top-k, no groups, no scaling; an expert
+      // bias only for auxiliary-loss-free balancing.
       SparseMoEConfig moe_cfg;
       moe_cfg.hidden = cfg.dense.hidden_size;
       moe_cfg.moe_ffn = cfg.moe_intermediate_size;
@@ -77,6 +83,7 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
       moe_cfg.layer = layer;
       moe_cfg.moe_index = moe_index[size_t(layer)];
       moe_cfg.capacity_factor = cfg.moe_expert_capacity_factor;
+      moe_cfg.bias_update = bias_update;
       ffn = sparse_moe(moe_cfg, pc);
       if (sel.moe) ffn = recomputed(std::move(ffn));
     } else {

@@ -47,6 +47,10 @@ void load_mapped_weights(ParamStore& store, const HFCheckpoint& ckpt, const Chec
     known.insert(rule.hf_name);
     if (!chunk_holds(mapping, rule, range)) continue;
     Parameter& p = mapped_param(store, rule);
+    if (rule.optional && !ckpt.has(rule.hf_name)) {
+      loaded.insert(p.name);
+      continue;
+    }
     BB_CHECK(ckpt.has(rule.hf_name), "checkpoint ", ckpt.dir(), " lacks tensor '", rule.hf_name, "'");
     BB_CHECK(ckpt.shape(rule.hf_name) == p.full_shape, "checkpoint tensor '", rule.hf_name, "' has shape ",
              shape_str(ckpt.shape(rule.hf_name)), ", the model expects ", shape_str(p.full_shape));

@@ -32,6 +32,10 @@ struct WeightRule {
   ModelPart part = ModelPart::Layer;
   int64_t layer = -1;        // ModelPart::Layer: the decoder layer
   ShardKind split = ShardKind::Replicated;
+  // May be absent from a checkpoint (a buffer that the HF model lacks, such as
+  // the expert bias of auxiliary-loss-free balancing over a Qwen3-MoE
+  // checkpoint): then the parameter keeps its initial value. Always exported.
+  bool optional = false;
 };
 
 struct CheckpointMapping {

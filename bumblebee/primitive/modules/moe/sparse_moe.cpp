@@ -51,8 +51,10 @@ SparseMoE::SparseMoE(ParamStore& store, const std::string& prefix, const SparseM
     : cfg_(cfg),
       router_(store, prefix + "gate.",
               {cfg.hidden, cfg.num_experts,
-               {cfg.score, cfg.top_k, cfg.norm_topk_prob, cfg.num_groups, cfg.topk_groups, cfg.routed_scaling_factor}}),
+               {cfg.score, cfg.top_k, cfg.norm_topk_prob, cfg.num_groups, cfg.topk_groups, cfg.routed_scaling_factor},
+               cfg.bias_update != nullptr}),
       tp_(&pc.tp()) {
+  if (cfg.bias_update) bias_index_ = cfg.bias_update->add_layer(*router_.bias());
   int64_t first = 0, local = cfg.num_experts;
   if (pc.ep().size() > 1 || pc.etp().size() > 1) {
     dispatcher_.emplace(pc.ep(), pc.etp().group(), cfg.num_experts);
@@ -159,6 +161,7 @@ Tensor SparseMoE::backward(const Tensor& dy_shard, const SequenceLayout&, std::u
                                     r.scores.dtype())
                    .to(dy.device());
   router_.backward(r, drow_weights, d_scores, s.x, dx, adds_router_losses ? s.aux->z_grad_scale() : 0.0);
+  if (cfg_.bias_update) cfg_.bias_update->add_load(bias_index_, r.rows_per_expert);
   state.reset();
   return tp_->enter_backward(dx);
 }

@@ -17,7 +17,9 @@
 // the z-loss's to its logits) in backward. With a capacity factor the rows
 // beyond each expert's capacity are dropped (expert_capacity.h). With a
 // RouterReplay (SequenceLayout::router_replay) the block records its choices
-// there or routes to the ones given.
+// there or routes to the ones given. With an ExpertBiasUpdate the router has
+// an expert bias, and each backward (once per trained microbatch, also under
+// recompute) reports the microbatch's tokens per expert to it.
 //
 // Parallel layouts (Megatron's MoE parallel folding: ep and etp carved from
 // the tp x dp ranks of a stage independently of tp; docs/distributed.md):
@@ -40,11 +42,13 @@
 // only (never over tp).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "bumblebee/primitive/modules/block.h"
+#include "bumblebee/primitive/modules/moe/expert_bias_update.h"
 #include "bumblebee/primitive/modules/moe/grouped_experts.h"
 #include "bumblebee/primitive/modules/moe/token_dispatcher.h"
 #include "bumblebee/primitive/modules/moe/topk_router.h"
@@ -66,6 +70,8 @@ struct SparseMoEConfig {
   int64_t layer = 0;              // the decoder layer, for the load metrics
   int64_t moe_index = 0;          // the model's moe_index-th MoE layer, for router replay
   double capacity_factor = 0.0;   // moe_expert_capacity_factor; 0: no token is dropped
+  // Auxiliary-loss-free balancing (moe_router_bias_update_rate > 0); null: off.
+  std::shared_ptr<ExpertBiasUpdate> bias_update;
 };
 
 class SparseMoE : public Block {
@@ -92,6 +98,7 @@ class SparseMoE : public Block {
   TensorParallel* tp_;
   std::optional<TokenDispatcher> dispatcher_;   // ep > 1 or etp > 1
   std::optional<GroupedExperts> experts_;       // the local experts, declared after the router
+  size_t bias_index_ = 0;                       // this layer's place in cfg_.bias_update
 };
 
 // The feed-forward slot filled with a SparseMoE block.

@@ -11,7 +11,7 @@ TopKRouter::TopKRouter(ParamStore& store, const std::string& prefix, const TopKR
     : cfg_(cfg), weight_(&store.add(prefix + "weight", {cfg.num_experts, cfg.hidden}, {ShardKind::Replicated, 0, 1})) {
   BB_CHECK(cfg.routing.top_k >= 1 && cfg.routing.top_k <= cfg.num_experts, "num_experts_per_tok ", cfg.routing.top_k,
            " must lie in [1, num_experts = ", cfg.num_experts, "]");
-  if (cfg.routing.score == ops::MoeScore::Sigmoid)
+  if (cfg.routing.score == ops::MoeScore::Sigmoid || cfg.expert_bias)
     bias_ = &store.add(prefix + "e_score_correction_bias", {cfg.num_experts}, {ShardKind::Replicated, 0, 1},
                        InitKind::Zeros, ParamClass::Buffer);
 }

@@ -3,8 +3,9 @@
 // optional renormalisation (HF Qwen3-MoE / Mixtral), or sigmoid scoring with
 // an expert bias that steers the choice only, group-limited top-k and a
 // routed scaling factor (DeepSeek-V3 / Kimi-K2; the bias is the non-trainable
-// parameter `mlp.gate.e_score_correction_bias` [E], declared only for sigmoid
-// scoring). Statistics are fp32 on CUDA and float64 with float64 weights.
+// parameter `mlp.gate.e_score_correction_bias` [E], declared for sigmoid
+// scoring and, with either scoring, for auxiliary-loss-free balancing:
+// expert_bias_update.h). Statistics are fp32 on CUDA and float64 with float64 weights.
 //
 // The routing also carries its rows, sorted by expert (ops::moe_sort_rows),
 // and the row count of each expert on the host: the one device -> host copy
@@ -26,6 +27,7 @@ namespace bb {
 struct TopKRouterConfig {
   int64_t hidden = 0, num_experts = 0;
   ops::MoeRouterConfig routing;
+  bool expert_bias = false;   // declare the bias with softmax scoring too
 };
 
 // One microbatch's routing: device tensors, except rows_per_expert.
@@ -46,6 +48,7 @@ class TopKRouter {
  public:
   TopKRouter(ParamStore& store, const std::string& prefix, const TopKRouterConfig& cfg);
   Parameter& weight() { return *weight_; }
+  Parameter* bias() { return bias_; }   // null: no expert bias
   // forced_experts [T, k] int64 (router replay) or undefined; z_loss: fill
   // Routing::lse.
   Routing forward(const Tensor& x, const Tensor& forced_experts = Tensor(), bool z_loss = false) const;
@@ -60,7 +63,7 @@ class TopKRouter {
  private:
   TopKRouterConfig cfg_;
   Parameter* weight_;
-  Parameter* bias_ = nullptr;   // sigmoid scoring only
+  Parameter* bias_ = nullptr;
 };
 
 // The dtype of the router's statistics for activations of dtype `dt`: float64
