@@ -259,9 +259,6 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   const DType loss_dt = stat_dtype(model.params().param_dtype());
   const bool host_outputs = bool(loss_fn) || forward_only;
   const ContextSplit cp{parallel_->cp_size(), parallel_->cp_rank()};
-  BB_CHECK(cp.size == 1 || !host_outputs, "backend.parallel.cp = ", cp.size,
-           " > 1 supports the built-in loss of a training step; per-token outputs (a custom loss_fn or a "
-           "forward-only call) are not implemented with context parallelism yet");
   const RouterReplayMode replay = parse_router_replay(data.router_replay);
   const ModelChunk::RouterShape router_shape = model.router_shape();
   if (replay != RouterReplayMode::Off) {
@@ -319,17 +316,28 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
     }
     const std::vector<double> tl = token_loss.to_doubles();
     ModelOutputs& out = result.model_output[i];
-    out.log_probs.assign(size_t(pm.real_tokens), 0.0);
-    out.token_loss.assign(size_t(pm.real_tokens), 0.0);
-    double mb_loss_sum = 0;
-    for (int64_t t = 0; t < pm.real_tokens; ++t) {
-      if (!pm.has_label[size_t(t)]) continue;
-      out.log_probs[size_t(t)] = -tl[size_t(t)];
-      out.token_loss[size_t(t)] = pm.loss_mask[size_t(t)] * tl[size_t(t)];
-      mb_loss_sum += out.token_loss[size_t(t)];
+    // The log-probs and token losses in the microbatch's token order. Under cp
+    // each rank holds its zigzag chunks: it fills in its own tokens, and the
+    // sum over cp (each token on one rank, zeros elsewhere) has them all.
+    const size_t T = size_t(pm.real_tokens);
+    std::vector<double> per_token(2 * T, 0.0);
+    for (size_t p = 0; p < pm.token_index.size(); ++p) {
+      const int64_t t = pm.token_index[p];
+      if (t < 0 || !pm.has_label[p]) continue;
+      per_token[size_t(t)] = -tl[p];
+      per_token[T + size_t(t)] = pm.loss_mask[p] * tl[p];
     }
+    if (cp.size > 1) {
+      Tensor gathered = Tensor::from_doubles(per_token, {int64_t(2 * T)}, DType::F64).to(device_);
+      parallel_->cp().all_reduce(gathered);
+      per_token = gathered.to_doubles();
+    }
+    out.log_probs.assign(per_token.begin(), per_token.begin() + std::ptrdiff_t(T));
+    out.token_loss.assign(per_token.begin() + std::ptrdiff_t(T), per_token.end());
+    double mb_loss_sum = 0;
+    for (double l : out.token_loss) mb_loss_sum += l;
     if (!loss_fn) {
-      out.loss = pm.loss_tokens > 0 ? mb_loss_sum / pm.loss_tokens : 0.0;
+      out.loss = pm.microbatch_loss_tokens > 0 ? mb_loss_sum / pm.microbatch_loss_tokens : 0.0;
       result.metrics["loss"].push_back(out.loss);
       local_loss_sum += mb_loss_sum;
       return Tensor();
@@ -342,8 +350,9 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
     if (forward_only) return Tensor();
     BB_CHECK(int64_t(lo.grad_log_probs.size()) == pm.real_tokens, "loss_fn returned ", lo.grad_log_probs.size(),
              " log-prob gradients for a microbatch of ", pm.real_tokens, " tokens");
-    std::vector<double> d(size_t(pm.device.num_tokens), 0.0);
-    for (int64_t t = 0; t < pm.real_tokens; ++t) d[size_t(t)] = -lo.grad_log_probs[size_t(t)];
+    std::vector<double> d(size_t(pm.device.num_tokens), 0.0);   // this rank's positions; padding gets 0
+    for (size_t p = 0; p < d.size(); ++p)
+      if (pm.token_index[p] >= 0) d[p] = -lo.grad_log_probs[size_t(pm.token_index[p])];
     return Tensor::from_doubles(d, {pm.device.num_tokens}, loss_dt).to(device_);
   };
   // The auxiliary losses (MoE routers) are scalars per microbatch beside the
