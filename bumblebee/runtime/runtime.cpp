@@ -90,6 +90,18 @@ void check_backend(const RuntimeConfig& cfg) {
   BB_CHECK(opt == "adam" || opt == "adamw", "unknown optimizer '", opt, "' (expected adam)");
 }
 
+// The activations passed between pipeline stages.
+PipelineShapes pipeline_shapes(ModelState& st, int64_t tp, Device dev) {
+  ModelChunk& model = *st.chunks.front();
+  PipelineShapes shapes;
+  shapes.hidden_size = model.config().at("hidden_size").get<int64_t>();
+  shapes.tp = tp;
+  shapes.device = dev;
+  shapes.dtype = model.params().param_dtype();   // the residual stream's dtype (BuildContext::residual_dtype)
+  if (st.cfg.fp32_residual_connection && shapes.dtype == DType::BF16) shapes.dtype = DType::F32;
+  return shapes;
+}
+
 }  // namespace
 
 Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
@@ -397,13 +409,8 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
           }
       opt.grad_ready(p);
     };
-    PipelineShapes shapes;
-    shapes.hidden_size = model.config().at("hidden_size").get<int64_t>();
-    shapes.tp = parallel_->tp_size();
-    shapes.device = device_;
-    shapes.dtype = model.params().param_dtype();   // the residual stream's dtype (BuildContext::residual_dtype)
-    if (st.cfg.fp32_residual_connection && shapes.dtype == DType::BF16) shapes.dtype = DType::F32;
-    run_pipeline_schedule(h.chunks(), prepared, forward_only, hooks, on_grad_ready, parallel_->pp(), shapes);
+    run_pipeline_schedule(h.chunks(), prepared, forward_only, hooks, on_grad_ready, parallel_->pp(),
+                          pipeline_shapes(st, parallel_->tp_size(), device_));
     for (Parameter* t : tied) {
       sum_tied_grad_over_pipeline_ends(parallel_->pp(), *t);
       opt.grad_ready(*t);
@@ -475,11 +482,49 @@ double Runtime::lr_scheduler_step(ModelHandle& h) {
 }
 
 Tensor Runtime::logits(ModelHandle& h, const PackedBatch& data) {
-  BB_CHECK(parallel_->cp_size() == 1, "logits with backend.parallel.cp = ", parallel_->cp_size(),
-           " > 1 are not implemented yet (each cp rank holds only its chunks of every sequence)");
-  PreparedMicroBatch pm = prepare_microbatch(data, h.model().vocab_size(), parallel_->tp_size(), device_,
-                                             stat_dtype(h.model().params().param_dtype()));
-  return h.model().logits(pm.device).narrow(0, pm.real_tokens);
+  ModelState& st = h.state();
+  ModelChunk& first = *st.chunks.front();
+  const int64_t V = first.vocab_size();
+  const ContextSplit cp{parallel_->cp_size(), parallel_->cp_rank()};
+  PreparedMicroBatch pm = prepare_microbatch(data, V, parallel_->tp_size(), device_,
+                                             stat_dtype(first.params().param_dtype()), cp);
+  dist::Communicator& pp = parallel_->pp();
+  const int stages = pp.size() * int(st.chunks.size());
+  const bool last_stage = pp.rank() == pp.size() - 1;
+  // Stage by stage in model order (stage v x pp + r is chunk v of pp rank r),
+  // each stage's hidden states broadcast over pp for the next: a validation
+  // call, so no overlap.
+  Tensor x;   // the hidden states between stages, then this rank's positions' logits [T padded, V] on the last stage
+  for (int s = 0; s < stages; ++s) {
+    const int owner = s % pp.size();
+    Tensor out = owner == pp.rank() ? st.chunks[size_t(s / pp.size())]->logits(pm.device, x) : Tensor();
+    if (s + 1 == stages) {
+      x = out;
+      break;
+    }
+    if (owner != pp.rank()) {
+      const PipelineShapes shapes = pipeline_shapes(st, parallel_->tp_size(), device_);
+      out = Tensor::empty({pm.device.num_tokens / shapes.tp, shapes.hidden_size}, shapes.dtype, device_);
+    }
+    pp.broadcast(out, owner);
+    x = out;
+  }
+  // Into the batch's token order: under cp each last-stage rank fills in its
+  // own tokens' rows and the sum over cp has them all.
+  const int64_t T = pm.real_tokens;
+  Tensor full = Tensor::zeros({T, V}, DType::F64, device_);
+  if (last_stage) {
+    std::vector<double> rows(size_t(T * V), 0.0);
+    const std::vector<double> lv = x.to_doubles();
+    for (size_t p = 0; p < pm.token_index.size(); ++p) {
+      const int64_t t = pm.token_index[p];
+      if (t >= 0) std::copy_n(lv.begin() + std::ptrdiff_t(p) * V, V, rows.begin() + t * V);
+    }
+    full = Tensor::from_doubles(rows, {T, V}, DType::F64).to(device_);
+    if (cp.size > 1) parallel_->cp().all_reduce(full);
+  }
+  if (pp.size() > 1) pp.broadcast(full, pp.size() - 1);   // only the last stage computed them
+  return full.to(Device::cpu());
 }
 
 }  // namespace bb

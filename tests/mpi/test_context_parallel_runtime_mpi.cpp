@@ -1,6 +1,6 @@
 // The runtime's per-token outputs under cp (x dp = world / cp) in float64:
 // a forward-only call's log-probs and token losses, and a custom loss_fn's
-// outputs, loss and gradients, equal the run without cp (dp = world, every
+// outputs, loss and gradients, and Runtime::logits (also under pp 2) equal the run without cp (dp = world, every
 // rank the same batch, which is the single-rank run) to 1e-12, in the
 // batch's token order with the zigzag split's padding dropped.
 #include <gtest/gtest.h>
@@ -36,14 +36,16 @@ LossOutput mean_ce(const ModelOutputs& out, const PackedBatch&) {
 
 struct Outputs {
   ForwardResult eval, custom;
+  std::vector<double> logits;
   double grad_norm_per_replica = 0;   // the dp reduction sums the replicas' identical gradients
 };
 
-Outputs run(int cp) {
+Outputs run(int cp, int pp = 1) {
   RuntimeConfig cfg;
   cfg.hf_path = std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_gqa";
   cfg.backend_cfg.dtype = "float64";
   cfg.backend_cfg.parallel.cp = cp;
+  cfg.backend_cfg.parallel.pp = pp;
   auto rt = create_runtime(cfg);
   ModelHandle h = rt->build_model();
   const PackedBatch batch = odd_sequences();
@@ -51,12 +53,18 @@ Outputs run(int cp) {
   {
     auto mode = rt->eval_mode(h);
     o.eval = rt->forward_backward(h, batch, {}, 2, true);
+    o.logits = rt->logits(h, batch).to_doubles();
   }
   auto mode = rt->train_mode(h);
   rt->zero_grad(h);
   o.custom = rt->forward_backward(h, batch, mean_ce, 2);
   o.grad_norm_per_replica = rt->optimizer_step(h).grad_norm / rt->parallel_state().dp_size();
   return o;
+}
+
+void expect_same_logits(const std::vector<double>& a, const std::vector<double>& b, const std::string& tag) {
+  ASSERT_EQ(a.size(), b.size()) << tag;
+  for (size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-12 * (1 + std::abs(b[i]))) << tag << " logit " << i;
 }
 
 void expect_same_outputs(const ForwardResult& a, const ForwardResult& b, const std::string& tag) {
@@ -77,13 +85,24 @@ void expect_same_outputs(const ForwardResult& a, const ForwardResult& b, const s
 TEST(ContextParallelRuntime, PerTokenOutputsMatchOneRank) {
   const Outputs single = run(1);
   EXPECT_EQ(single.eval.model_output[0].log_probs.size(), 14u);   // sequences 5 + 9
+  EXPECT_EQ(single.logits.size() % 24, 0u);                          // [T, V], T = 24
   for (int cp : {2, 4}) {
     if (test::world_comm().size() % cp != 0) continue;
     const std::string tag = "cp " + std::to_string(cp);
     const Outputs par = run(cp);
+    expect_same_logits(par.logits, single.logits, tag);
     expect_same_outputs(par.eval, single.eval, tag + " forward only");
     expect_same_outputs(par.custom, single.custom, tag + " custom loss");
     EXPECT_NEAR(par.grad_norm_per_replica, single.grad_norm_per_replica, 1e-12 * single.grad_norm_per_replica) << tag;
+  }
+}
+
+// Runtime::logits from the last pipeline stage reach every stage, alone and with cp.
+TEST(ContextParallelRuntime, PipelineLogitsMatchOneRank) {
+  const Outputs single = run(1);
+  for (int cp : {1, 2}) {
+    if (test::world_comm().size() % (2 * cp) != 0) continue;
+    expect_same_logits(run(cp, 2).logits, single.logits, "pp 2 cp " + std::to_string(cp));
   }
 }
 

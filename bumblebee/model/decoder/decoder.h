@@ -59,7 +59,7 @@ class Decoder : public ModelChunk {
                   const GradReadyFn& on_grad_ready) override;
   AuxLoss aux_loss(const ForwardState& state) const override;
   RouterShape router_shape() const override { return spec_.router_shape; }
-  Tensor logits(const DeviceMicroBatch& mb) override;
+  Tensor logits(const DeviceMicroBatch& mb, const Tensor& hidden_in) override;
 
  private:
   struct State;
