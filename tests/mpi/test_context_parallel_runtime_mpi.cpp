@@ -1,8 +1,9 @@
 // The runtime's per-token outputs under cp (x dp = world / cp) in float64:
-// a forward-only call's log-probs and token losses, and a custom loss_fn's
-// outputs, loss and gradients, and Runtime::logits (also under pp 2) equal the run without cp (dp = world, every
-// rank the same batch, which is the single-rank run) to 1e-12, in the
-// batch's token order with the zigzag split's padding dropped.
+// a forward-only call's log-probs and token losses, a custom loss_fn's
+// outputs, loss and gradients, and Runtime::logits (also under pp 2, alone
+// and with cp) equal the run without them (dp = world, every rank the same
+// batch, which is the single-rank run) to 1e-12, in the batch's token order
+// with the zigzag split's padding dropped.
 #include <gtest/gtest.h>
 
 #include <cmath>
