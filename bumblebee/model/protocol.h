@@ -133,9 +133,11 @@ class ModelChunk {
   // cp group): state the model updates outside the gradient, such as the
   // expert biases of auxiliary-loss-free MoE balancing. Default: nothing.
   virtual void after_optimizer_step() {}
-  // Full-vocabulary logits [T, V] of one microbatch (no gradients; gathered
-  // over tp), for validation against a reference. Whole model only.
-  virtual Tensor logits(const DeviceMicroBatch& mb) = 0;
+  // Full-vocabulary logits [T, V] (host, float64) of one microbatch (no
+  // gradients; gathered over tp), for validation against a reference. Like
+  // forward, a stage after the first takes the previous stage's `hidden_in`,
+  // and a stage before the last returns its hidden states instead.
+  virtual Tensor logits(const DeviceMicroBatch& mb, const Tensor& hidden_in) = 0;
 };
 
 class ModelProtocol {

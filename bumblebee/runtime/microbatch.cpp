@@ -113,9 +113,11 @@ PreparedMicroBatch prepare_microbatch(const PackedBatch& mb_in, int64_t vocab_si
   PreparedMicroBatch out;
   out.loss_mask.assign(size_t(n), 0.0);
   out.has_label.assign(size_t(n), false);
+  out.token_index.assign(size_t(n), -1);
   for (int64_t i = 0; i < n; ++i) {
     const Slot& sl = slots[size_t(i)];
     pos[size_t(i)] = sl.position;
+    out.token_index[size_t(i)] = sl.token;
     if (sl.token < 0) continue;
     ids[size_t(i)] = mb.input_ids[size_t(sl.token)];
     out_labels[size_t(i)] = labels[size_t(sl.token)];

@@ -26,6 +26,7 @@ struct PreparedMicroBatch {
   std::vector<double> loss_mask;   // [T padded], shifted; 1 where the position is scored
   Tensor device_loss_mask;         // the same on the compute device, in the loss (stat) dtype
   std::vector<bool> has_label;     // [T padded]; false for each sequence's last position and padding
+  std::vector<int64_t> token_index;   // [T padded]; the microbatch token each position holds, -1 for padding
   int64_t real_tokens = 0;         // tokens before padding (of the whole microbatch with cp)
   double loss_tokens = 0;          // sum of loss_mask (this rank's tokens)
   double microbatch_loss_tokens = 0;   // sum of the whole microbatch's mask: loss_tokens summed over cp

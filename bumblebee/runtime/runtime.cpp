@@ -90,6 +90,18 @@ void check_backend(const RuntimeConfig& cfg) {
   BB_CHECK(opt == "adam" || opt == "adamw", "unknown optimizer '", opt, "' (expected adam)");
 }
 
+// The activations passed between pipeline stages.
+PipelineShapes pipeline_shapes(ModelState& st, int64_t tp, Device dev) {
+  ModelChunk& model = *st.chunks.front();
+  PipelineShapes shapes;
+  shapes.hidden_size = model.config().at("hidden_size").get<int64_t>();
+  shapes.tp = tp;
+  shapes.device = dev;
+  shapes.dtype = model.params().param_dtype();   // the residual stream's dtype (BuildContext::residual_dtype)
+  if (st.cfg.fp32_residual_connection && shapes.dtype == DType::BF16) shapes.dtype = DType::F32;
+  return shapes;
+}
+
 }  // namespace
 
 Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
@@ -259,9 +271,6 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   const DType loss_dt = stat_dtype(model.params().param_dtype());
   const bool host_outputs = bool(loss_fn) || forward_only;
   const ContextSplit cp{parallel_->cp_size(), parallel_->cp_rank()};
-  BB_CHECK(cp.size == 1 || !host_outputs, "backend.parallel.cp = ", cp.size,
-           " > 1 supports the built-in loss of a training step; per-token outputs (a custom loss_fn or a "
-           "forward-only call) are not implemented with context parallelism yet");
   const RouterReplayMode replay = parse_router_replay(data.router_replay);
   const ModelChunk::RouterShape router_shape = model.router_shape();
   if (replay != RouterReplayMode::Off) {
@@ -319,17 +328,28 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
     }
     const std::vector<double> tl = token_loss.to_doubles();
     ModelOutputs& out = result.model_output[i];
-    out.log_probs.assign(size_t(pm.real_tokens), 0.0);
-    out.token_loss.assign(size_t(pm.real_tokens), 0.0);
-    double mb_loss_sum = 0;
-    for (int64_t t = 0; t < pm.real_tokens; ++t) {
-      if (!pm.has_label[size_t(t)]) continue;
-      out.log_probs[size_t(t)] = -tl[size_t(t)];
-      out.token_loss[size_t(t)] = pm.loss_mask[size_t(t)] * tl[size_t(t)];
-      mb_loss_sum += out.token_loss[size_t(t)];
+    // The log-probs and token losses in the microbatch's token order. Under cp
+    // each rank holds its zigzag chunks: it fills in its own tokens, and the
+    // sum over cp (each token on one rank, zeros elsewhere) has them all.
+    const size_t T = size_t(pm.real_tokens);
+    std::vector<double> per_token(2 * T, 0.0);
+    for (size_t p = 0; p < pm.token_index.size(); ++p) {
+      const int64_t t = pm.token_index[p];
+      if (t < 0 || !pm.has_label[p]) continue;
+      per_token[size_t(t)] = -tl[p];
+      per_token[T + size_t(t)] = pm.loss_mask[p] * tl[p];
     }
+    if (cp.size > 1) {
+      Tensor gathered = Tensor::from_doubles(per_token, {int64_t(2 * T)}, DType::F64).to(device_);
+      parallel_->cp().all_reduce(gathered);
+      per_token = gathered.to_doubles();
+    }
+    out.log_probs.assign(per_token.begin(), per_token.begin() + std::ptrdiff_t(T));
+    out.token_loss.assign(per_token.begin() + std::ptrdiff_t(T), per_token.end());
+    double mb_loss_sum = 0;
+    for (double l : out.token_loss) mb_loss_sum += l;
     if (!loss_fn) {
-      out.loss = pm.loss_tokens > 0 ? mb_loss_sum / pm.loss_tokens : 0.0;
+      out.loss = pm.microbatch_loss_tokens > 0 ? mb_loss_sum / pm.microbatch_loss_tokens : 0.0;
       result.metrics["loss"].push_back(out.loss);
       local_loss_sum += mb_loss_sum;
       return Tensor();
@@ -342,8 +362,9 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
     if (forward_only) return Tensor();
     BB_CHECK(int64_t(lo.grad_log_probs.size()) == pm.real_tokens, "loss_fn returned ", lo.grad_log_probs.size(),
              " log-prob gradients for a microbatch of ", pm.real_tokens, " tokens");
-    std::vector<double> d(size_t(pm.device.num_tokens), 0.0);
-    for (int64_t t = 0; t < pm.real_tokens; ++t) d[size_t(t)] = -lo.grad_log_probs[size_t(t)];
+    std::vector<double> d(size_t(pm.device.num_tokens), 0.0);   // this rank's positions; padding gets 0
+    for (size_t p = 0; p < d.size(); ++p)
+      if (pm.token_index[p] >= 0) d[p] = -lo.grad_log_probs[size_t(pm.token_index[p])];
     return Tensor::from_doubles(d, {pm.device.num_tokens}, loss_dt).to(device_);
   };
   // The auxiliary losses (MoE routers) are scalars per microbatch beside the
@@ -388,13 +409,8 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
           }
       opt.grad_ready(p);
     };
-    PipelineShapes shapes;
-    shapes.hidden_size = model.config().at("hidden_size").get<int64_t>();
-    shapes.tp = parallel_->tp_size();
-    shapes.device = device_;
-    shapes.dtype = model.params().param_dtype();   // the residual stream's dtype (BuildContext::residual_dtype)
-    if (st.cfg.fp32_residual_connection && shapes.dtype == DType::BF16) shapes.dtype = DType::F32;
-    run_pipeline_schedule(h.chunks(), prepared, forward_only, hooks, on_grad_ready, parallel_->pp(), shapes);
+    run_pipeline_schedule(h.chunks(), prepared, forward_only, hooks, on_grad_ready, parallel_->pp(),
+                          pipeline_shapes(st, parallel_->tp_size(), device_));
     for (Parameter* t : tied) {
       sum_tied_grad_over_pipeline_ends(parallel_->pp(), *t);
       opt.grad_ready(*t);
@@ -468,11 +484,49 @@ double Runtime::lr_scheduler_step(ModelHandle& h) {
 }
 
 Tensor Runtime::logits(ModelHandle& h, const PackedBatch& data) {
-  BB_CHECK(parallel_->cp_size() == 1, "logits with backend.parallel.cp = ", parallel_->cp_size(),
-           " > 1 are not implemented yet (each cp rank holds only its chunks of every sequence)");
-  PreparedMicroBatch pm = prepare_microbatch(data, h.model().vocab_size(), parallel_->tp_size(), device_,
-                                             stat_dtype(h.model().params().param_dtype()));
-  return h.model().logits(pm.device).narrow(0, pm.real_tokens);
+  ModelState& st = h.state();
+  ModelChunk& first = *st.chunks.front();
+  const int64_t V = first.vocab_size();
+  const ContextSplit cp{parallel_->cp_size(), parallel_->cp_rank()};
+  PreparedMicroBatch pm = prepare_microbatch(data, V, parallel_->tp_size(), device_,
+                                             stat_dtype(first.params().param_dtype()), cp);
+  dist::Communicator& pp = parallel_->pp();
+  const int stages = pp.size() * int(st.chunks.size());
+  const bool last_stage = pp.rank() == pp.size() - 1;
+  // Stage by stage in model order (stage v x pp + r is chunk v of pp rank r),
+  // each stage's hidden states broadcast over pp for the next: a validation
+  // call, so no overlap.
+  Tensor x;   // the hidden states between stages, then this rank's positions' logits [T padded, V] on the last stage
+  for (int s = 0; s < stages; ++s) {
+    const int owner = s % pp.size();
+    Tensor out = owner == pp.rank() ? st.chunks[size_t(s / pp.size())]->logits(pm.device, x) : Tensor();
+    if (s + 1 == stages) {
+      x = out;
+      break;
+    }
+    if (owner != pp.rank()) {
+      const PipelineShapes shapes = pipeline_shapes(st, parallel_->tp_size(), device_);
+      out = Tensor::empty({pm.device.num_tokens / shapes.tp, shapes.hidden_size}, shapes.dtype, device_);
+    }
+    pp.broadcast(out, owner);
+    x = out;
+  }
+  // Into the batch's token order: under cp each last-stage rank fills in its
+  // own tokens' rows and the sum over cp has them all.
+  const int64_t T = pm.real_tokens;
+  Tensor full = Tensor::zeros({T, V}, DType::F64, device_);
+  if (last_stage) {
+    std::vector<double> rows(size_t(T * V), 0.0);
+    const std::vector<double> lv = x.to_doubles();
+    for (size_t p = 0; p < pm.token_index.size(); ++p) {
+      const int64_t t = pm.token_index[p];
+      if (t >= 0) std::copy_n(lv.begin() + std::ptrdiff_t(p) * V, V, rows.begin() + t * V);
+    }
+    full = Tensor::from_doubles(rows, {T, V}, DType::F64).to(device_);
+    if (cp.size > 1) parallel_->cp().all_reduce(full);
+  }
+  if (pp.size() > 1) pp.broadcast(full, pp.size() - 1);   // only the last stage computed them
+  return full.to(Device::cpu());
 }
 
 }  // namespace bb

@@ -1,7 +1,8 @@
 // The runtime under pp = 2 (x dp = world / 2): the loss, the per-microbatch
 // outputs (log-probs, token losses) and the metrics reach every stage, for a
 // forward-only call, a training call and a custom loss; forward only gives
-// the training call's loss. Parity of gradients and steps with one rank is
+// the training call's loss; num_zeros_in_grad counts a tied embedding once.
+// Parity of gradients and steps with one rank is
 // tests/tools/test_pipeline_parallel_parity.cpp.
 #include <gtest/gtest.h>
 
@@ -75,6 +76,31 @@ TEST(PipelineRuntime, ResultsReachEveryStage) {
   ASSERT_EQ(custom.metrics.at("tokens").size(), 2u);
   EXPECT_EQ(custom.metrics.at("tokens")[0], 10.0);   // 4 + 6 scored positions
   EXPECT_GT(rt->optimizer_step(h).grad_norm, 0.0);
+}
+
+// With every loss-mask entry 0 every gradient is 0, so num_zeros_in_grad is
+// the parameter count: the tied embedding's copies on the first and the last
+// stage count once, as in the run without pp (dp = world).
+TEST(PipelineRuntime, TiedEmbeddingZerosCountOnce) {
+  if (test::world_comm().size() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  PackedBatch batch = four_sequences(0);
+  for (int64_t& id : batch.input_ids) id %= 89;   // the fixture's vocabulary
+  batch.loss_mask.assign(batch.input_ids.size(), 0.0f);
+  auto zeros_in_grad = [&](int pp) {
+    RuntimeConfig cfg;
+    cfg.hf_path = std::string(BB_SOURCE_DIR) + "/tests/fixtures/llama3_tied_f16";
+    cfg.backend_cfg.dtype = "float64";
+    cfg.backend_cfg.parallel.pp = pp;
+    auto rt = create_runtime(cfg);
+    ModelHandle h = rt->build_model();
+    auto mode = rt->train_mode(h);
+    rt->zero_grad(h);
+    rt->forward_backward(h, batch, {}, 2);
+    return rt->optimizer_step(h).num_zeros_in_grad;
+  };
+  const int64_t whole = zeros_in_grad(1);
+  EXPECT_GT(whole, 0);
+  EXPECT_EQ(zeros_in_grad(2), whole);
 }
 
 }  // namespace

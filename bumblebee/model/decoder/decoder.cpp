@@ -160,16 +160,15 @@ void Decoder::grads_ready(size_t first, size_t end, const GradReadyFn& on_grad_r
   }
 }
 
-Tensor Decoder::logits(const DeviceMicroBatch& mb) {
-  BB_CHECK(range_.pre_process && range_.post_process, "logits need the whole model on one rank (pp = 1)");
+Tensor Decoder::logits(const DeviceMicroBatch& mb, const Tensor& hidden_in) {
   State st;
   st.units.resize(units_.size());
-  Tensor x = embed_->forward(mb.input_ids, ctx_.residual_dtype, st.embed);
+  Tensor x = range_.pre_process ? embed_->forward(mb.input_ids, ctx_.residual_dtype, st.embed) : hidden_in;
   for (size_t u = 0; u < units_.size(); ++u) {
     x = units_[u]->forward(x, mb.seq, st.units[u]);
     st.units[u].reset();
   }
-  return head_->full_logits(norm_->forward(x, st.norm));
+  return range_.post_process ? head_->full_logits(norm_->forward(x, st.norm)) : x;
 }
 
 }  // namespace bb

@@ -64,7 +64,7 @@ class Decoder : public ModelChunk {
   void after_optimizer_step() override {
     if (spec_.after_optimizer_step) spec_.after_optimizer_step();
   }
-  Tensor logits(const DeviceMicroBatch& mb) override;
+  Tensor logits(const DeviceMicroBatch& mb, const Tensor& hidden_in) override;
 
  private:
   struct State;

@@ -116,9 +116,14 @@ void DistributedOptimizer::all_gather_params(GroupState& g) {
 OptimizerStepResult DistributedOptimizer::step(double lr) {
   OptimizerStepResult r;
   r.grad_norm = std::sqrt(grad_norm_squared());
+  // Counted like the norm: each element once (not a tp-replicated parameter's
+  // copies off tp rank 0, nor a tied embedding's last-stage copy).
   double zeros = 0;
-  for (GroupState& g : groups_)
-    zeros += double(ops::count_zeros(g.reducer->reduced_grads()) - g.padding_in_shard);
+  for (GroupState& g : groups_) {
+    const Tensor& shard = g.reducer->reduced_grads();
+    zeros += double(ops::count_zeros(shard) - g.padding_in_shard);
+    for (const auto& [b, e] : g.replicated_ranges) zeros -= double(ops::count_zeros(shard.narrow(b, e - b)));
+  }
   r.num_zeros_in_grad = int64_t(parallel_->world().all_reduce_scalar(zeros));
   if (!std::isfinite(r.grad_norm)) return r;   // skipped update: parameters and moments untouched
 

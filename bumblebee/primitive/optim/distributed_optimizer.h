@@ -50,7 +50,7 @@ class DistributedOptimizer {
     bool master_is_param = false;
     Tensor master, exp_avg, exp_avg_sq;   // this rank's bucket slices, in buffer order
     // [begin, end) ranges inside this rank's shard that another rank counts
-    // in the gradient norm: tp-replicated parameters off tp rank 0, and the
+    // in the gradient norm and the zero count: tp-replicated parameters off tp rank 0, and the
     // counted_elsewhere ones.
     std::vector<std::pair<int64_t, int64_t>> replicated_ranges;
     int64_t padding_in_shard = 0;   // shard elements that belong to no parameter
