@@ -14,7 +14,7 @@
 
 from ._bumblebee import Error
 from .batch import PackedBatch
-from .config import BBConfig, OptimizerConfig, ParallelConfig, RuntimeConfig, config_help
+from .config import BBConfig, ExportConfig, OptimizerConfig, ParallelConfig, RuntimeConfig, config_help
 from .loss import torch_loss
 from .outputs import ForwardResult, LossContext, ModelOutputs
 from .runtime import ModelHandle, Runtime, create_runtime
@@ -26,6 +26,7 @@ __all__ = [
     "LossContext",
     "ModelHandle",
     "ModelOutputs",
+    "ExportConfig",
     "OptimizerConfig",
     "PackedBatch",
     "ParallelConfig",

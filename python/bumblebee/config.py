@@ -38,6 +38,8 @@ def _place(key):
         return "BBConfig", parts[1]
     if parts[:2] == ["backend", "parallel"] and len(parts) == 3:
         return "ParallelConfig", parts[2]
+    if parts[0] == "export" and len(parts) == 2:
+        return "ExportConfig", parts[1]
     raise _native.Error(f"configuration key '{key}' has no place in the Python dataclasses (python/bumblebee/config.py)")
 
 
@@ -71,10 +73,14 @@ BBConfig = _make(
     ],
     "The native backend's configuration: the backend.* keys, parallel and optimizer.",
 )
+ExportConfig = _make("ExportConfig", [], "Hugging Face export: the export.* keys.")
 _RuntimeConfigFields = _make(
     "RuntimeConfig",
-    [("backend_cfg", BBConfig, dataclasses.field(default_factory=BBConfig))],
-    "What create_runtime takes: backend, hf_path and backend_cfg.",
+    [
+        ("backend_cfg", BBConfig, dataclasses.field(default_factory=BBConfig)),
+        ("export_cfg", ExportConfig, dataclasses.field(default_factory=ExportConfig)),
+    ],
+    "What create_runtime takes: backend, hf_path, backend_cfg and export_cfg.",
 )
 
 
@@ -85,6 +91,7 @@ def _section(cfg, key):
         "BBConfig": cfg.backend_cfg,
         "ParallelConfig": cfg.backend_cfg.parallel,
         "OptimizerConfig": cfg.backend_cfg.optimizer,
+        "ExportConfig": cfg.export_cfg,
     }[cls]
 
 
@@ -122,6 +129,7 @@ class RuntimeConfig(_RuntimeConfigFields):
                 parallel=dataclasses.replace(self.backend_cfg.parallel),
                 optimizer=dataclasses.replace(self.backend_cfg.optimizer),
             ),
+            export_cfg=dataclasses.replace(self.export_cfg),
         )
         for key, value in json.loads(_native.parse_config(list(words))).items():
             setattr(_section(cfg, key), _place(key)[1], value)
