@@ -34,33 +34,6 @@ nlohmann::json run_correctness(int ranks, const std::string& fixture, const std:
   return test::last_json_line(r.out);
 }
 
-void expect_same_run(const nlohmann::json& par, const nlohmann::json& single, const std::string& tag, double tol) {
-  EXPECT_LT(test::rel(par["loss"], single["loss"]), tol) << tag;
-  EXPECT_LT(test::rel(par["grad_norm"], single["grad_norm"]), tol) << tag;
-  ASSERT_EQ(par["losses"].size(), single["losses"].size()) << tag;
-  for (size_t i = 0; i < single["losses"].size(); ++i) {
-    EXPECT_LT(test::rel(par["losses"][i], single["losses"][i]), tol) << tag << " step " << i;
-    EXPECT_LT(test::rel(par["grad_norms"][i], single["grad_norms"][i]), tol) << tag << " step " << i;
-  }
-  ASSERT_EQ(par["per_param_grad_norm"].size(), single["per_param_grad_norm"].size()) << tag;
-  for (const auto& [name, norm] : single["per_param_grad_norm"].items())
-    EXPECT_LT(test::rel(par["per_param_grad_norm"][name], norm), tol) << tag << " " << name;
-}
-
-void expect_same_params(const std::string& a, const std::string& b, const std::string& what) {
-  HFCheckpoint x = HFCheckpoint::open(a), y = HFCheckpoint::open(b);
-  ASSERT_EQ(x.names(), y.names()) << what;
-  for (const std::string& n : x.names()) {
-    const std::vector<double> u = x.get(n).to_doubles(), v = y.get(n).to_doubles();
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < u.size(); ++i) {
-      err = std::max(err, std::abs(u[i] - v[i]));
-      norm = std::max(norm, std::abs(v[i]));
-    }
-    EXPECT_LT(err / norm, 1e-10) << what << " parameter " << n;
-  }
-}
-
 struct Layout {
   std::string fixture;
   int cp, tp, ranks;   // dp = ranks / (cp x tp)
@@ -88,8 +61,8 @@ TEST(ContextParallelParity, MatchesSingleRank) {
         run_correctness(l.ranks, l.fixture, tokens,
                         " backend.parallel.cp=" + std::to_string(l.cp) + " backend.parallel.tp=" + std::to_string(l.tp) +
                             " params_out=" + par_dir);
-    expect_same_run(par, singles[l.fixture], tag, 1e-10);
-    expect_same_params(par_dir, single_dir, tag);
+    test::expect_same_run(par, singles[l.fixture], tag, 1e-10);
+    test::expect_same_params(par_dir, single_dir, tag);
   }
   fs::remove_all(tmp);
   fs::remove(tokens);

@@ -65,37 +65,6 @@ nlohmann::json run_correctness(const Parallel& p, const std::string& fixture, co
 // Eight sequences (ids below the fixtures' vocabularies) so dp = 8 gives every rank one.
 std::string synthetic_tokens() { return test::random_tokens_file("bb_ep_tokens", 5, 8, 9, 89); }
 
-void expect_same_run(const nlohmann::json& par, const nlohmann::json& single, const std::string& tag, double tol) {
-  EXPECT_LT(test::rel(par["loss"], single["loss"]), tol) << tag;
-  EXPECT_LT(test::rel(par["grad_norm"], single["grad_norm"]), tol) << tag;
-  if (single.contains("aux_loss")) EXPECT_LT(test::rel(par["aux_loss"], single["aux_loss"]), tol) << tag;
-  ASSERT_EQ(par["losses"].size(), single["losses"].size()) << tag;
-  for (size_t i = 0; i < single["losses"].size(); ++i) {
-    EXPECT_LT(test::rel(par["losses"][i], single["losses"][i]), tol) << tag << " step " << i;
-    if (single.contains("grad_norms"))
-      EXPECT_LT(test::rel(par["grad_norms"][i], single["grad_norms"][i]), tol) << tag << " step " << i;
-  }
-  ASSERT_EQ(par["per_param_grad_norm"].size(), single["per_param_grad_norm"].size()) << tag;
-  for (const auto& [name, norm] : single["per_param_grad_norm"].items()) {
-    ASSERT_TRUE(par["per_param_grad_norm"].contains(name)) << tag << " lacks " << name;
-    EXPECT_LT(test::rel(par["per_param_grad_norm"][name], norm), tol) << tag << " " << name;
-  }
-}
-
-void expect_same_params(const std::string& a, const std::string& b, const std::string& what) {
-  HFCheckpoint x = HFCheckpoint::open(a), y = HFCheckpoint::open(b);
-  ASSERT_EQ(x.names(), y.names()) << what;
-  for (const std::string& n : x.names()) {
-    const std::vector<double> u = x.get(n).to_doubles(), v = y.get(n).to_doubles();
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < u.size(); ++i) {
-      err = std::max(err, std::abs(u[i] - v[i]));
-      norm = std::max(norm, std::abs(v[i]));
-    }
-    EXPECT_LT(err / norm, 1e-10) << what << " parameter " << n;
-  }
-}
-
 struct Layout {
   std::string model;   // "fused" / "experts": the HF fixtures' weights; "random8": 8 experts, random init
   Parallel parallel;
@@ -137,8 +106,8 @@ TEST_P(ExpertParallelParity, MatchesSingleRank) {
   const nlohmann::json par = run_correctness(p, fixture_of(l.model), tokens(), extra_of(l.model) + " params_out=" + out.string());
   if (l.model == "random8")
     ASSERT_TRUE(one["per_param_grad_norm"].contains("model.layers.0.mlp.experts.7.down_proj.weight"));
-  expect_same_run(par, one, tag, 1e-10);
-  expect_same_params(out.string(), (tmp() / ("single_" + l.model)).string(), tag);
+  test::expect_same_run(par, one, tag, 1e-10);
+  test::expect_same_params(out.string(), (tmp() / ("single_" + l.model)).string(), tag);
 
   if (l.model == "fused") {   // the fixture's own tokens (two sequences: dp <= 2) against HF's numbers
     const std::string dir = test::fixture_dir(fixture_of(l.model));
@@ -174,7 +143,7 @@ TEST(ExpertParallelAux, SameAsDataParallelAlone) {
   ASSERT_TRUE(dp_only.contains("aux_loss"));
   for (const Parallel& p : {Parallel{1, 2, 1, 2}, Parallel{2, 2, 2, 4}}) {
     const nlohmann::json par = run_correctness(p, "qwen3_moe_experts", tokens, "");
-    expect_same_run(par, dp_only, "aux " + p.tag() + " vs dp2", 1e-10);
+    test::expect_same_run(par, dp_only, "aux " + p.tag() + " vs dp2", 1e-10);
   }
   fs::remove(tokens);
 }

@@ -36,20 +36,6 @@ nlohmann::json run_correctness(int ranks, int tp, const std::string& tokens, con
 // Eight sequences so that dp = 4 still gives every rank two.
 std::string synthetic_tokens() { return test::random_tokens_file("bb_parallel_tokens", 7, 8, 9, 157); }
 
-void expect_same_params(const std::string& a, const std::string& b, const std::string& what) {
-  HFCheckpoint x = HFCheckpoint::open(a), y = HFCheckpoint::open(b);
-  ASSERT_EQ(x.names(), y.names()) << what;
-  for (const std::string& n : x.names()) {
-    const std::vector<double> u = x.get(n).to_doubles(), v = y.get(n).to_doubles();
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < u.size(); ++i) {
-      err = std::max(err, std::abs(u[i] - v[i]));
-      norm = std::max(norm, std::abs(v[i]));
-    }
-    EXPECT_LT(err / norm, 1e-10) << what << " parameter " << n;
-  }
-}
-
 struct Layout {
   int tp, dp;
 };
@@ -70,7 +56,7 @@ TEST_P(ParallelParity, MatchesSingleRankAndHF) {
     EXPECT_LT(test::rel(par["losses"][i], single["losses"][i]), 1e-10) << tag << " step " << i;
   for (const auto& [name, norm] : single["per_param_grad_norm"].items())
     EXPECT_LT(test::rel(par["per_param_grad_norm"][name], norm), 1e-10) << tag << " " << name;
-  expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), tag);
+  test::expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), tag);
 
   if (dp <= 2) {   // the fixture's two sequences split over at most two dp ranks
     const std::string dir = test::fixture_dir(kFixture);

@@ -52,36 +52,6 @@ nlohmann::json run_correctness(const Layout& l, bool parallel, const std::string
   return test::last_json_line(r.out);
 }
 
-void expect_same_run(const nlohmann::json& par, const nlohmann::json& single, const std::string& tag) {
-  constexpr double tol = 1e-10;
-  EXPECT_LT(test::rel(par["loss"], single["loss"]), tol) << tag;
-  EXPECT_LT(test::rel(par["grad_norm"], single["grad_norm"]), tol) << tag;
-  ASSERT_EQ(par["losses"].size(), single["losses"].size()) << tag;
-  for (size_t i = 0; i < single["losses"].size(); ++i) {
-    EXPECT_LT(test::rel(par["losses"][i], single["losses"][i]), tol) << tag << " step " << i;
-    EXPECT_LT(test::rel(par["grad_norms"][i], single["grad_norms"][i]), tol) << tag << " step " << i;
-  }
-  ASSERT_EQ(par["per_param_grad_norm"].size(), single["per_param_grad_norm"].size()) << tag;
-  for (const auto& [name, norm] : single["per_param_grad_norm"].items()) {
-    ASSERT_TRUE(par["per_param_grad_norm"].contains(name)) << tag << " lacks " << name;
-    EXPECT_LT(test::rel(par["per_param_grad_norm"][name], norm), tol) << tag << " " << name;
-  }
-}
-
-void expect_same_params(const std::string& a, const std::string& b, const std::string& tag) {
-  HFCheckpoint x = HFCheckpoint::open(a), y = HFCheckpoint::open(b);
-  ASSERT_EQ(x.names(), y.names()) << tag;
-  for (const std::string& n : x.names()) {
-    const std::vector<double> u = x.get(n).to_doubles(), v = y.get(n).to_doubles();
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < u.size(); ++i) {
-      err = std::max(err, std::abs(u[i] - v[i]));
-      norm = std::max(norm, std::abs(v[i]));
-    }
-    EXPECT_LT(err / norm, 1e-10) << tag << " parameter " << n;
-  }
-}
-
 class PipelineParallelParity : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(PipelineParallelParity, MatchesSingleRank) {
@@ -92,8 +62,8 @@ TEST_P(PipelineParallelParity, MatchesSingleRank) {
   const std::string tokens = test::random_tokens_file("bb_pp_tokens_" + l.name, 7, 8, 9, 89);
   const nlohmann::json single = run_correctness(l, false, tokens, (tmp / "single").string());
   const nlohmann::json par = run_correctness(l, true, tokens, (tmp / "parallel").string());
-  expect_same_run(par, single, l.name);
-  expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), l.name);
+  test::expect_same_run(par, single, l.name);
+  test::expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), l.name);
   fs::remove_all(tmp);
   fs::remove(tokens);
 }
@@ -136,7 +106,7 @@ TEST(PipelineParallelMoe, PerLayerAuxLossMatchesSingleRank) {
   ASSERT_EQ(par["losses"].size(), single["losses"].size());
   for (size_t i = 0; i < single["losses"].size(); ++i)
     EXPECT_LT(test::rel(par["losses"][i], single["losses"][i]), 1e-10) << "step " << i;
-  expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), "moe pp2");
+  test::expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), "moe pp2");
   fs::remove_all(tmp);
   fs::remove(tokens);
 }
