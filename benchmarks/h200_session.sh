@@ -17,8 +17,7 @@
 #             --model moe): bb (fp32 and bf16 residual stream) against HF under autocast, loss within 2 %
 #             at every step
 #   moe_bench bb-bench on the Qwen3-30B-A3B architecture cut to MOE_LAYERS layers (default 4), 2 x 4096
-#             tokens a microbatch, 4 microbatches; MOE_KEEP_EXPERTS=N adds bench.keep_experts=N,
-#             BENCH_PROFILE=N profiled steps
+#             tokens a microbatch, 4 microbatches; BENCH_PROFILE=N profiled steps
 #   peers     the PyTorch peers on the same machine (benchmarks/baselines): torchtitan 0.3.0 (wheels in .whl/,
 #             made by benchmarks/baselines/fetch_wheels.sh and carried) on Qwen3-0.6B mb 4, 1.7B mb 2, 8B
 #             (12 layers) mb 2, 30B-A3B (4 layers) mb 2, and HF transformers on 30B-A3B (4 layers, grouped_mm
@@ -29,6 +28,7 @@
 #             5-step bf16 training run of a tiny fixture
 # Stages for two GPUs (nvidia-h200-x2), one MPI rank per GPU, collectives over NCCL:
 #   nccl      the MPI test binary (tests/mpi) with its NCCL cases
+#   hfload    20 steps, HF export, the export loaded by HF transformers: logits compared (dense, MoE)
 #   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
@@ -137,7 +137,7 @@ PY
     moe_bench)
       m=qwen3-30b-a3b_${MOE_LAYERS:-4}l
       timeout 400 $bin/bb-bench hf_path=configs/qwen3-30b-a3b backend.device=cuda bench.truncate_layers=${MOE_LAYERS:-4} \
-        ${MOE_KEEP_EXPERTS:+bench.keep_experts=$MOE_KEEP_EXPERTS} bench.seq_len=4096 bench.micro_batch_size=2 \
+        bench.seq_len=4096 bench.micro_batch_size=2 \
         bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 bench.profile_steps=${BENCH_PROFILE:-0} \
         output_json="$LOGS/bench_$m.json" > "$LOGS/bench_$m.log" 2>&1
       grep -E "^step" "$LOGS/bench_$m.log" | tail -2; grep -A40 "^profile over" "$LOGS/bench_$m.log"
@@ -218,6 +218,20 @@ PY
       done
       python3 benchmarks/parity/compare_runs.py --loss-bound 0.02 hf="$LOGS/moe_parity_hf.json" \
         bb_fp32_residual="$LOGS/moe_parity_bb_resfp32.json" bb_bf16_residual="$LOGS/moe_parity_bb_resbf16.json" ;;
+    hfload)
+      # Train 20 steps, export, load the export in HF transformers and compare logits (benchmarks/parity/hf_load_check.py).
+      for m in ${HFLOAD_MODELS:-dense moe}; do
+        d=/tmp/hfload_$m
+        rm -rf $d; timeout 120 $py benchmarks/parity/hf_load_check.py make --out $d --model $m > "$LOGS/hfload_$m.log" 2>&1
+        timeout 120 $bin/bb-correctness hf_path=$d/model tokens=$d/tokens.json backend.device=cuda steps=20 \
+          optimizer.lr=1e-3 params_out=$d/trained > "$LOGS/hfload_${m}_train.json" 2>> "$LOGS/hfload_$m.log"
+        for dt in float32 bfloat16; do
+          timeout 60 $bin/bb-correctness hf_path=$d/trained tokens=$d/tokens.json backend.device=cuda backend.dtype=$dt \
+            steps=0 logits_out=$d/bb_logits_$dt.bin > /dev/null 2>> "$LOGS/hfload_$m.log"
+        done
+        timeout 120 $py benchmarks/parity/hf_load_check.py check --out $d --model $m 2>> "$LOGS/hfload_$m.log" | tee -a "$results" ||
+          tail -5 "$LOGS/hfload_$m.log"
+      done ;;
     gpu_unit)
       timeout 120 $bin/bb_tests --gtest_filter="${GPU_UNIT_FILTER:-NcclOneGpu*:*Cuda*:*CUDA*}" > "$LOGS/gpu_unit.log" 2>&1
       echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(OK|FAILED) " "$LOGS/gpu_unit.log" | head -40 ;;

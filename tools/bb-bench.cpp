@@ -11,8 +11,9 @@
 // Each step is zero_grad -> forward_backward -> optimizer_step ->
 // lr_scheduler_step on random tokens (fixed seed), timed from host to host
 // with the device drained. Per step it prints loss, grad_norm, step_ms,
-// tokens/s, TFLOP/s per GPU, MFU and peak memory; at the end one JSON summary
-// line (also written to output_json).
+// tokens/s, TFLOP/s per GPU, MFU and peak memory; at the end the memory by
+// category (runtime/memory_breakdown.h) and one JSON summary line (also
+// written to output_json).
 //
 // bench.profile_steps=N runs N more steps after the timed ones with op
 // profiling on (ops/op_profile.h) and prints where a step's device time goes:
@@ -34,6 +35,7 @@
 #include "bumblebee/core/rng.h"
 #include "bumblebee/ops/op_profile.h"
 #include "bumblebee/runtime/config_schema.h"
+#include "bumblebee/runtime/memory_breakdown.h"
 #include "bumblebee/runtime/runtime.h"
 #include "bumblebee/runtime/tool_main.h"
 
@@ -168,6 +170,8 @@ int run(int argc, char** argv) {
     device_synchronize(rt->device());
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
+  // The step's own memory is what the peak adds to what is held before it.
+  const size_t in_use_before_step = device_bytes_in_use(rt->device());
   device_reset_peak(rt->device());
   for (int64_t step = 0; step < warmup + steps; ++step) {
     const double ms = timed_step();
@@ -194,6 +198,15 @@ int run(int argc, char** argv) {
       {"tok_per_s_per_gpu", double(tokens_per_step) / (avg * 1e-3) / world},
       {"tflops_per_gpu", flops_per_step / world / (avg * 1e-3) / 1e12},
       {"mfu", flops_per_step / world / (avg * 1e-3) / kPeakBf16Flops}};
+  // After the first step, so lazily allocated optimizer state is counted.
+  summary["memory"] = memory_breakdown_json(memory_breakdown(h), in_use_before_step, device_peak_bytes(rt->device()));
+  if (root) {
+    const nlohmann::json& m = summary["memory"];
+    std::printf("memory (GiB): weights %.2f grads %.2f master %.2f moments %.2f other %.2f activations+workspace %.2f "
+                "peak %.2f\n", m["weights_gb"].get<double>(), m["grads_gb"].get<double>(), m["master_gb"].get<double>(),
+                m["moments_gb"].get<double>(), m["other_static_gb"].get<double>(),
+                m["activations_and_workspace_gb"].get<double>(), m["peak_gb"].get<double>());
+  }
   if (profile_steps > 0) summary["profile"] = profile(timed_step, profile_steps, root);
   if (root) {
     std::cout << summary.dump() << std::endl;

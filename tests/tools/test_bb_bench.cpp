@@ -1,5 +1,5 @@
-// bb-bench as a user runs it: per-step lines, one JSON summary, and with
-// bench.profile_steps the per-op breakdown of a step.
+// bb-bench as a user runs it: per-step lines, the memory by category, one
+// JSON summary, and with bench.profile_steps the per-op breakdown of a step.
 #include <gtest/gtest.h>
 
 #include "tests/model/hf_fixture.h"
@@ -42,6 +42,28 @@ TEST(BBBench, ProfileStepsBreakDownAStepByOp) {
   // The ops are part of the step, and most of it on the host.
   EXPECT_GT(share, 0.3);
   EXPECT_LT(share, 1.0);
+}
+
+TEST(BBBench, MemoryBreakdownAddsUpToThePeak) {
+  const std::string dir = test::fixture_dir("qwen3_gqa");
+  const test::ToolResult r = test::run_command(test::tool("bb-bench") + " hf_path=" + dir +
+                                               " bench.seq_len=16 bench.steps=1 bench.warmup=0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("memory (GiB): weights"), std::string::npos) << r.out;
+  const nlohmann::json m = test::last_json_line(r.out)["memory"];
+  const double w = m["weights_gb"].get<double>();
+  ASSERT_GT(w, 0.0);
+  // float32 on the host: the parameters are their own master weights; one
+  // gradient and two Adam moments per weight.
+  EXPECT_EQ(m["master_gb"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(m["grads_gb"].get<double>(), w);
+  EXPECT_DOUBLE_EQ(m["moments_gb"].get<double>(), 2 * w);
+  EXPECT_GT(m["activations_and_workspace_gb"].get<double>(), 0.0);
+  double sum = 0;
+  for (const char* k : {"weights_gb", "grads_gb", "master_gb", "moments_gb", "other_static_gb",
+                        "activations_and_workspace_gb"})
+    sum += m[k].get<double>();
+  EXPECT_NEAR(sum, m["peak_gb"].get<double>(), 1e-12);
 }
 
 TEST(BBBench, RejectsNegativeProfileSteps) {
