@@ -87,64 +87,93 @@ void matmul_cases(std::vector<Case>& cases) {
   }
 }
 
-// The experts of an MoE layer: groups of 0, 1, 17 and 300 rows, in a few
-// groups and in 128 (the bench's expert count), plus every group empty.
-// Forward (y = x W^T), the input gradient (dx = dy W) and the weight gradient
-// accumulated into fp32 (dW += dy^T x, from bfloat16; float32 throughout).
+// The experts of an MoE layer, under each grouped GEMM engine
+// (BB_GROUPED_GEMM=cublas, and cutlass when built; the op name carries it):
+// groups of 0, 1, 17 and 300 rows, in a few groups and in 128 (the bench's
+// expert count), every group empty, groups spanning several 128x256 tiles,
+// and a K / N off the multiple of 8 CUTLASS needs (it falls back to cuBLAS).
+// Forward (y = x W^T, also with alpha and beta = 1 onto random y), the input
+// gradient (dx = dy W) and the weight gradient accumulated (beta = 1) into
+// fp32 or bf16 grads and written fresh (beta = 0); bfloat16 and float32.
 void grouped_gemm_cases(std::vector<Case>& cases) {
   struct Groups {
     const char* name;
     std::vector<int64_t> counts;
+    int64_t k, n;
   };
   std::vector<int64_t> many;
   for (int g = 0; g < 128; ++g) many.push_back(std::vector<int64_t>{0, 1, 17, 300}[size_t(g % 4)]);
-  const Groups layouts[] = {{"rows 0,1,17,300", {0, 1, 17, 300}}, {"128 groups", many}, {"all empty", {0, 0, 0}}};
-  const int64_t k = 96, n = 80;
-  for (const Groups& layout : layouts) {
-    std::vector<int64_t> offsets{0};
-    for (int64_t c : layout.counts) offsets.push_back(offsets.back() + c);
-    const int64_t rows = offsets.back();
-    const size_t groups = layout.counts.size();
-    for (DType dt : {DType::BF16, DType::F32}) {
-      const std::string shape = fmt("%s N=%lld K=%lld Nout=%lld %s", layout.name, (long long)rows, (long long)k,
-                                    (long long)n, short_name(dt));
-      auto matrices = [](Generator& gen, size_t count, const Shape& shape, DType dtype, std::vector<Tensor>& gpu,
-                         std::vector<Tensor>& cpu) {
-        for (size_t g = 0; g < count; ++g) {
-          Pair p = random_pair(gen, shape, dtype);
-          gpu.push_back(p.gpu);
-          cpu.push_back(p.cpu);
+  const Groups layouts[] = {{"rows 0,1,17,300", {0, 1, 17, 300}, 96, 80},
+                            {"128 groups", many, 96, 80},
+                            {"all empty", {0, 0, 0}, 96, 80},
+                            {"rows 129,0,700,2048,1", {129, 0, 700, 2048, 1}, 512, 384},
+                            {"rows 0,33,250 K%8=4", {0, 33, 250}, 36, 20}};
+  std::vector<std::string> engines{"cublas"};
+  if (cuda::cutlass_grouped_gemm_built()) engines.push_back("cutlass");
+  for (const std::string& engine : engines) {
+    const std::string tag = "[" + engine + "]";
+    for (const Groups& layout : layouts) {
+      std::vector<int64_t> offsets{0};
+      for (int64_t c : layout.counts) offsets.push_back(offsets.back() + c);
+      const int64_t rows = offsets.back(), k = layout.k, n = layout.n;
+      const size_t groups = layout.counts.size();
+      for (DType dt : {DType::BF16, DType::F32}) {
+        const std::string shape = fmt("%s N=%lld K=%lld Nout=%lld %s", layout.name, (long long)rows, (long long)k,
+                                      (long long)n, short_name(dt));
+        auto matrices = [](Generator& gen, size_t count, const Shape& shape, DType dtype, std::vector<Tensor>& gpu,
+                           std::vector<Tensor>& cpu) {
+          for (size_t g = 0; g < count; ++g) {
+            Pair p = random_pair(gen, shape, dtype);
+            gpu.push_back(p.gpu);
+            cpu.push_back(p.cpu);
+          }
+        };
+        for (double beta : {0.0, 1.0}) {
+          const double alpha = beta == 0.0 ? 1.0 : 0.5;
+          cases.push_back({"grouped_gemm" + tag, shape + fmt(" y=%gxW^T+%gy", alpha, beta), [=](Generator& gen) {
+                             EnvOverride env("BB_GROUPED_GEMM", engine);
+                             std::vector<Tensor> w_gpu, w_cpu;
+                             matrices(gen, groups, {n, k}, dt, w_gpu, w_cpu);
+                             Pair x = random_pair(gen, {rows, k}, dt);
+                             Pair y = beta != 0.0 ? random_pair(gen, {rows, n}, dt) : output_pair({rows, n}, dt);
+                             cuda::grouped_gemm(x.gpu, w_gpu, true, offsets, y.gpu, alpha, beta);
+                             ops::grouped_gemm(x.cpu, w_cpu, true, offsets, y.cpu, alpha, beta);
+                             return std::vector<Check>{compare("y", y, bound_for(dt))};
+                           }});
         }
-      };
-      cases.push_back({"grouped_gemm", shape + " y=xW^T", [=](Generator& gen) {
-                         std::vector<Tensor> w_gpu, w_cpu;
-                         matrices(gen, groups, {n, k}, dt, w_gpu, w_cpu);
-                         Pair x = random_pair(gen, {rows, k}, dt), y = output_pair({rows, n}, dt);
-                         cuda::grouped_gemm(x.gpu, w_gpu, true, offsets, y.gpu, 1.0, 0.0);
-                         ops::grouped_gemm(x.cpu, w_cpu, true, offsets, y.cpu);
-                         return std::vector<Check>{compare("y", y, bound_for(dt))};
-                       }});
-      cases.push_back({"grouped_gemm", shape + " dx=dyW", [=](Generator& gen) {
-                         std::vector<Tensor> w_gpu, w_cpu;
-                         matrices(gen, groups, {n, k}, dt, w_gpu, w_cpu);
-                         Pair dy = random_pair(gen, {rows, n}, dt), dx = output_pair({rows, k}, dt);
-                         cuda::grouped_gemm(dy.gpu, w_gpu, false, offsets, dx.gpu, 1.0, 0.0);
-                         ops::grouped_gemm(dy.cpu, w_cpu, false, offsets, dx.cpu);
-                         return std::vector<Check>{compare("dx", dx, bound_for(dt))};
-                       }});
-      cases.push_back({"grouped_gemm_weight_grad", shape + " dW+=dy^Tx", [=](Generator& gen) {
-                         std::vector<Tensor> dw_gpu, dw_cpu;
-                         matrices(gen, groups, {n, k}, DType::F32, dw_gpu, dw_cpu);
-                         Pair dy = random_pair(gen, {rows, n}, dt), x = random_pair(gen, {rows, k}, dt);
-                         cuda::grouped_gemm_weight_grad(dy.gpu, x.gpu, offsets, dw_gpu, 1.0, 1.0);
-                         ops::grouped_gemm_weight_grad(dy.cpu, x.cpu, offsets, dw_cpu);
-                         std::vector<Check> checks;
-                         for (size_t g = 0; g < groups; ++g) {
-                           if (groups > 8 && g % 4 != 3) continue;  // of 128 groups, the 300-row ones
-                           checks.push_back(compare(fmt("dw[%zu]", g), Pair{dw_gpu[g], dw_cpu[g]}, kF32Bound));
-                         }
-                         return checks;
-                       }});
+        cases.push_back({"grouped_gemm" + tag, shape + " dx=dyW", [=](Generator& gen) {
+                           EnvOverride env("BB_GROUPED_GEMM", engine);
+                           std::vector<Tensor> w_gpu, w_cpu;
+                           matrices(gen, groups, {n, k}, dt, w_gpu, w_cpu);
+                           Pair dy = random_pair(gen, {rows, n}, dt), dx = output_pair({rows, k}, dt);
+                           cuda::grouped_gemm(dy.gpu, w_gpu, false, offsets, dx.gpu, 1.0, 0.0);
+                           ops::grouped_gemm(dy.cpu, w_cpu, false, offsets, dx.cpu);
+                           return std::vector<Check>{compare("dx", dx, bound_for(dt))};
+                         }});
+        // fp32 grads of either input dtype; bf16 grads of bf16 inputs.
+        std::vector<DType> grad_dtypes{DType::F32};
+        if (dt == DType::BF16) grad_dtypes.push_back(DType::BF16);
+        for (DType gdt : grad_dtypes) {
+          for (double beta : {1.0, 0.0}) {
+            const std::string what = fmt(" dW=dy^Tx+%gdW %s grad", beta, short_name(gdt));
+            cases.push_back({"grouped_gemm_weight_grad" + tag, shape + what, [=](Generator& gen) {
+                               EnvOverride env("BB_GROUPED_GEMM", engine);
+                               std::vector<Tensor> dw_gpu, dw_cpu;
+                               matrices(gen, groups, {n, k}, gdt, dw_gpu, dw_cpu);
+                               Pair dy = random_pair(gen, {rows, n}, dt), x = random_pair(gen, {rows, k}, dt);
+                               cuda::grouped_gemm_weight_grad(dy.gpu, x.gpu, offsets, dw_gpu, 1.0, beta);
+                               ops::grouped_gemm_weight_grad(dy.cpu, x.cpu, offsets, dw_cpu, 1.0, beta);
+                               std::vector<Check> checks;
+                               for (size_t g = 0; g < groups; ++g) {
+                                 if (groups > 8 && g % 4 != 3 && g % 4 != 0) continue;  // of 128: 300 rows and empty
+                                 checks.push_back(
+                                     compare(fmt("dw[%zu]", g), Pair{dw_gpu[g], dw_cpu[g]}, bound_for(gdt)));
+                               }
+                               return checks;
+                             }});
+          }
+        }
+      }
     }
   }
 }

@@ -90,8 +90,9 @@ void perf_gemm() {
 // The experts of the Qwen3-30B-A3B bench layer: 128 experts sharing 65536
 // rows unevenly (counts from a fixed draw, one expert empty), gate|up (K = 2048,
 // Nout = 1536) and down (K = 768, Nout = 2048): forward, input gradient and
-// fp32 weight gradient, each as one grouped call and, for comparison, as the
-// loop of per-expert GEMMs it replaces.
+// fp32 and bf16 weight gradients, each as one grouped call under each engine
+// (BB_GROUPED_GEMM=cublas, and cutlass when built) and, for comparison, as
+// the loop of per-expert GEMMs it replaces.
 void perf_grouped_gemm() {
   const int64_t experts = 128, rows = 65536;
   std::mt19937 rng(12);
@@ -111,10 +112,11 @@ void perf_grouped_gemm() {
     int64_t k, n;
   };
   for (const Projection& p : {Projection{"gate_up", 2048, 1536}, Projection{"down", 768, 2048}}) {
-    std::vector<Tensor> w, dw;
+    std::vector<Tensor> w, dw, dw_bf16;
     for (int64_t e = 0; e < experts; ++e) {
       w.push_back(random_gpu({p.n, p.k}, DType::BF16, uint32_t(100 + e)));
       dw.push_back(Tensor::zeros({p.n, p.k}, DType::F32, kGpu));
+      dw_bf16.push_back(Tensor::zeros({p.n, p.k}, DType::BF16, kGpu));
     }
     Tensor x = random_gpu({rows, p.k}, DType::BF16, 20), dy = random_gpu({rows, p.n}, DType::BF16, 21);
     Tensor y = Tensor::empty({rows, p.n}, DType::BF16, kGpu), dx = Tensor::empty({rows, p.k}, DType::BF16, kGpu);
@@ -126,27 +128,35 @@ void perf_grouped_gemm() {
       }
     };
     const std::string shape = fmt("%s 128 experts N=65536 K=%lld Nout=%lld", p.name, (long long)p.k, (long long)p.n);
-    report_flops("grouped_gemm " + shape + " y=xW^T",
-                 median_ms([&] { cuda::grouped_gemm(x, w, true, offsets, y, 1.0, 0.0); }), flops);
-    report_flops("  loop of matmul, same", median_ms([&] {
+    std::vector<std::string> engines{"cublas"};
+    if (cuda::cutlass_grouped_gemm_built()) engines.push_back("cutlass");
+    for (const std::string& engine : engines) {
+      EnvOverride env("BB_GROUPED_GEMM", engine);
+      const std::string tag = "[" + engine + "] ";
+      report_flops("grouped_gemm" + tag + shape + " y=xW^T",
+                   median_ms([&] { cuda::grouped_gemm(x, w, true, offsets, y, 1.0, 0.0); }), flops);
+      report_flops("grouped_gemm" + tag + shape + " dx=dyW",
+                   median_ms([&] { cuda::grouped_gemm(dy, w, false, offsets, dx, 1.0, 0.0); }), flops);
+      report_flops("grouped_gemm_weight_grad" + tag + shape + " dW+=dy^Tx f32",
+                   median_ms([&] { cuda::grouped_gemm_weight_grad(dy, x, offsets, dw, 1.0, 1.0); }), flops);
+      report_flops("grouped_gemm_weight_grad" + tag + shape + " dW+=dy^Tx bf16",
+                   median_ms([&] { cuda::grouped_gemm_weight_grad(dy, x, offsets, dw_bf16, 1.0, 1.0); }), flops);
+    }
+    report_flops("  loop of matmul, y=xW^T", median_ms([&] {
                    loop([&](int64_t e, int64_t first, int64_t count) {
                      Tensor y_e = y.narrow(first, count);
                      cuda::matmul(x.narrow(first, count), false, w[size_t(e)], true, y_e);
                    });
                  }),
                  flops);
-    report_flops("grouped_gemm " + shape + " dx=dyW",
-                 median_ms([&] { cuda::grouped_gemm(dy, w, false, offsets, dx, 1.0, 0.0); }), flops);
-    report_flops("  loop of matmul, same", median_ms([&] {
+    report_flops("  loop of matmul, dx=dyW", median_ms([&] {
                    loop([&](int64_t e, int64_t first, int64_t count) {
                      Tensor dx_e = dx.narrow(first, count);
                      cuda::matmul(dy.narrow(first, count), false, w[size_t(e)], false, dx_e);
                    });
                  }),
                  flops);
-    report_flops("grouped_gemm_weight_grad " + shape + " dW+=dy^Tx f32",
-                 median_ms([&] { cuda::grouped_gemm_weight_grad(dy, x, offsets, dw, 1.0, 1.0); }), flops);
-    report_flops("  loop of matmul, same", median_ms([&] {
+    report_flops("  loop of matmul, dW+=dy^Tx f32", median_ms([&] {
                    loop([&](int64_t e, int64_t first, int64_t count) {
                      cuda::matmul(dy.narrow(first, count), true, x.narrow(first, count), false, dw[size_t(e)], 1.0,
                                   1.0);

@@ -25,11 +25,14 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
             double beta = 0.0);
 
 // grouped_gemm.cu. a, w, c (dy, x) one dtype: bfloat16, float16, float32 or
-// float64; dw that dtype, or float32 with bfloat16/float16 inputs. Where all
-// operands share a dtype the groups run as one cublasGemmGroupedBatchedEx
-// (its pointer arrays uploaded to device scratch in one copy); fp32 dw of
-// 16-bit inputs, which that call does not take, runs as a loop of
-// cublasGemmEx on the same stream.
+// float64; dw that dtype, or float32 with bfloat16/float16 inputs. With
+// BB_GROUPED_GEMM=cutlass (the default in builds with CUTLASS) bfloat16 calls
+// with K and N multiples of 8 run as one CUTLASS sm_90a grouped launch.
+// Otherwise (BB_GROUPED_GEMM=cublas) where all operands share a dtype the
+// groups run as one cublasGemmGroupedBatchedEx (its pointer arrays uploaded to
+// device scratch in one copy); fp32 dw of 16-bit inputs, which that call does
+// not take, runs as a loop of cublasGemmEx on the same stream.
+bool cutlass_grouped_gemm_built();
 void grouped_gemm(const Tensor& a, const std::vector<Tensor>& w, bool trans_w, const std::vector<int64_t>& offsets,
                   Tensor& c, double alpha, double beta);
 void grouped_gemm_weight_grad(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets,

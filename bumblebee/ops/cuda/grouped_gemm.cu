@@ -1,5 +1,12 @@
-// Grouped GEMM through cuBLAS: all groups (an MoE layer's local experts) of
-// one ops::grouped_gemm call in one cublasGemmGroupedBatchedEx.
+// Grouped GEMM: all groups (an MoE layer's local experts) of one
+// ops::grouped_gemm call in one launch. Two engines, chosen per call by the
+// BB_GROUPED_GEMM environment variable (read at every call):
+//   cutlass  CUTLASS's sm_90a ptr-array grouped GEMM (cutlass/grouped_gemm_sm90.h;
+//            the default when built): bfloat16 in, bfloat16 out, and fp32 or
+//            bfloat16 weight gradients accumulated in place. Calls it does not
+//            take (other dtypes, a K or N not a multiple of 8, pointers not
+//            16-byte aligned) run on cuBLAS.
+//   cublas   cublasGemmGroupedBatchedEx, described below.
 //
 // cublasGemmGroupedBatchedEx batches "groups" of problems that share a shape;
 // our groups differ in their row counts, so each group with rows is a cuBLAS
@@ -20,11 +27,14 @@
 #include <cublas_v2.h>
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/cutlass/grouped_gemm_sm90.h"
 
 namespace bb::cuda {
 namespace {
@@ -157,7 +167,48 @@ void scale_by_beta(Tensor& t, double beta) {
 
 constexpr std::initializer_list<DType> kGemmDtypes = {DType::BF16, DType::F16, DType::F32, DType::F64};
 
+// Whether this call may go to CUTLASS: BB_GROUPED_GEMM=cutlass|cublas, cutlass
+// when unset and built; cutlass in a build without it is an error.
+bool cutlass_selected() {
+  const char* env = std::getenv("BB_GROUPED_GEMM");
+  const bool unset = env == nullptr || *env == '\0';
+  BB_CHECK(unset || std::strcmp(env, "cutlass") == 0 || std::strcmp(env, "cublas") == 0,
+           "BB_GROUPED_GEMM is '", env, "'; it must be cutlass or cublas");
+#ifdef BB_WITH_CUTLASS
+  return unset || std::strcmp(env, "cutlass") == 0;
+#else
+  BB_CHECK(unset || std::strcmp(env, "cublas") == 0,
+           "BB_GROUPED_GEMM=cutlass, but this build has no CUTLASS (scripts/fetch_cuda_deps.sh fetches it)");
+  return false;
+#endif
+}
+
+#ifdef BB_WITH_CUTLASS
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// TMA needs 16-byte aligned bases and leading dimensions: k and n multiples
+// of 8 bfloat16s (then every group's rows start aligned too); sizes in int.
+bool cutlass_takes(ExpertGemm kind, DType ab, DType d, int64_t k, int64_t n, int64_t rows,
+                   std::initializer_list<const Tensor*> tensors, const std::vector<Tensor>& per_group) {
+  if (!cutlass_grouped_gemm_takes(kind, ab, d)) return false;
+  if (k % 8 != 0 || n % 8 != 0 || k > INT_MAX || n > INT_MAX || rows > INT_MAX) return false;
+  for (const Tensor* t : tensors)
+    if (!aligned16(t->raw())) return false;
+  for (const Tensor& t : per_group)
+    if (!aligned16(t.raw())) return false;
+  return true;
+}
+#endif
+
 }  // namespace
+
+bool cutlass_grouped_gemm_built() {
+#ifdef BB_WITH_CUTLASS
+  return true;
+#else
+  return false;
+#endif
+}
 
 void grouped_gemm(const Tensor& a, const std::vector<Tensor>& w, bool trans_w, const std::vector<int64_t>& offsets,
                   Tensor& c, double alpha, double beta) {
@@ -174,10 +225,25 @@ void grouped_gemm(const Tensor& a, const std::vector<Tensor>& w, bool trans_w, c
   const int64_t k = a.size(1);
   if (c.numel() == 0) return;
   DeviceGuard guard(a.device().index);
+  [[maybe_unused]] const bool cutlass = cutlass_selected();
   if (k == 0) {
     scale_by_beta(c, beta);
     return;
   }
+#ifdef BB_WITH_CUTLASS
+  const ExpertGemm kind = trans_w ? ExpertGemm::Forward : ExpertGemm::InputGrad;
+  if (cutlass && cutlass_takes(kind, a.dtype(), c.dtype(), k, c.size(1), a.size(0), {&a, &c}, w)) {
+    std::vector<ExpertGemmGroup> groups;
+    for (size_t g = 0; g < w.size(); ++g) {
+      const int64_t first = offsets[g], rows = offsets[g + 1] - first;
+      if (rows == 0) continue;
+      groups.push_back({int(rows), int(c.size(1)), int(k), a.narrow(first, rows).raw(), w[g].raw(),
+                        c.narrow(first, rows).raw()});
+    }
+    cutlass_grouped_gemm(kind, c.dtype(), groups, float(alpha), float(beta));
+    return;
+  }
+#endif
   std::vector<Problem> problems;
   for (size_t g = 0; g < w.size(); ++g) {
     const int64_t first = offsets[g], rows = offsets[g + 1] - first;
@@ -207,6 +273,25 @@ void grouped_gemm_weight_grad(const Tensor& dy, const Tensor& x, const std::vect
            "; it must be dy's dtype, or float32 with bfloat16/float16 inputs");
   if (dw[0].numel() == 0) return;
   DeviceGuard guard(dy.device().index);
+  [[maybe_unused]] const bool cutlass = cutlass_selected();
+#ifdef BB_WITH_CUTLASS
+  if (cutlass && cutlass_takes(ExpertGemm::WeightGrad, dy.dtype(), dw[0].dtype(), x.size(1), dy.size(1), dy.size(0), {&dy, &x},
+                    dw)) {
+    std::vector<ExpertGemmGroup> groups;
+    for (size_t g = 0; g < dw.size(); ++g) {
+      const int64_t first = offsets[g], rows = offsets[g + 1] - first;
+      Tensor dw_g = dw[g];
+      if (rows == 0) {
+        scale_by_beta(dw_g, beta);
+        continue;
+      }
+      groups.push_back({int(dy.size(1)), int(x.size(1)), int(rows), dy.narrow(first, rows).raw(),
+                        x.narrow(first, rows).raw(), dw_g.raw()});
+    }
+    cutlass_grouped_gemm(ExpertGemm::WeightGrad, dw[0].dtype(), groups, float(alpha), float(beta));
+    return;
+  }
+#endif
   std::vector<Problem> problems;
   for (size_t g = 0; g < dw.size(); ++g) {
     const int64_t first = offsets[g], rows = offsets[g + 1] - first;
