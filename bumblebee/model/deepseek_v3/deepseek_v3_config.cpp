@@ -168,7 +168,9 @@ DeepseekV3Config parse_deepseek_v3_hf_config(const json& hf, const json& overrid
   j["topk_group"] = int_or(hf, "topk_group", 4);
   j["routed_scaling_factor"] = hf.value("routed_scaling_factor", 2.5);
   j["norm_topk_prob"] = hf.value("norm_topk_prob", true);
-  j["num_nextn_predict_layers"] = int_or(hf, "num_nextn_predict_layers", 0);
+  // transformers 5 writes the count as num_mtp_layers (default 1), DeepSeek's hub configs as num_nextn_predict_layers.
+  j["num_nextn_predict_layers"] = int_or(hf, "num_nextn_predict_layers", int_or(hf, "num_mtp_layers", 0));
+  BB_CHECK(!hf.value("attention_bias", false), "deepseek_v3: attention_bias = true is not supported");
   for (const auto& [k, v] : overrides.items()) {
     if (!j.contains(k)) {
       std::string nearest;
