@@ -144,9 +144,14 @@ DeepseekV3Config DeepseekV3Config::from_json(const json& j) {
 
 DeepseekV3Config parse_deepseek_v3_hf_config(const json& hf, const json& overrides) {
   // The dense parser reads the shared keys; MLA has no head_dim or kv heads of its own.
+  // Yarn is read by read_yarn; the dense parser sees its theta only.
   json base = hf;
-  base.erase("rope_scaling");
-  base.erase("rope_parameters");
+  for (const char* k : {"rope_parameters", "rope_scaling"})
+    if (base.contains(k) && base[k].is_object() && base[k].value("rope_type", base[k].value("type", "")) == "yarn") {
+      json plain = {{"rope_type", "default"}};
+      if (base[k].contains("rope_theta")) plain["rope_theta"] = base[k]["rope_theta"];
+      base[k] = plain;
+    }
   base["head_dim"] = int_or(hf, "qk_rope_head_dim", 64);
   base["num_key_value_heads"] = hf.value("num_attention_heads", json(1));
   json j = parse_dense_hf_config(base, false, json::object()).to_json();
