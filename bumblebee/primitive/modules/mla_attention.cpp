@@ -64,8 +64,8 @@ MLAttention::MLAttention(ParamStore& store, const std::string& prefix, const MLA
   }
   kv_a_proj_ = &store.add(prefix + "kv_a_proj_with_mqa.weight", {cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.hidden},
                           replicated);
-  kv_a_layernorm_->emplace(store, prefix + "kv_a_layernorm.weight", cfg.kv_lora_rank, cfg.norm_eps);
-  kv_b_proj_->emplace(store, prefix + "kv_b_proj.weight", cfg.kv_lora_rank,
+  kv_a_layernorm_.emplace(store, prefix + "kv_a_layernorm.weight", cfg.kv_lora_rank, cfg.norm_eps);
+  kv_b_proj_.emplace(store, prefix + "kv_b_proj.weight", cfg.kv_lora_rank,
                      cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), pc.tp());
   o_proj_.emplace(store, prefix + "o_proj.weight", cfg.num_heads * cfg.v_head_dim, cfg.hidden, pc.tp());
 }
