@@ -129,6 +129,8 @@ DeepseekV3Config DeepseekV3Config::from_json(const json& j) {
   BB_CHECK(c.n_group >= 1, "deepseek_v3: n_group must be >= 1, got ", c.n_group);
   BB_CHECK(c.n_routed_experts % c.n_group == 0, "deepseek_v3: n_routed_experts ", c.n_routed_experts,
            " is not divisible by n_group ", c.n_group);
+  BB_CHECK(c.n_routed_experts / c.n_group >= 2, "deepseek_v3: n_routed_experts / n_group = ",
+           c.n_routed_experts / c.n_group, " experts per group; a group is scored by its two best, so it needs >= 2");
   BB_CHECK(c.topk_group >= 1 && c.topk_group <= c.n_group, "deepseek_v3: topk_group ", c.topk_group,
            " must lie in [1, n_group = ", c.n_group, "]");
   BB_CHECK(c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.topk_group * (c.n_routed_experts / c.n_group),

@@ -72,6 +72,7 @@ TEST(DeepseekV3Config, FieldsOutOfRangeNameTheField) {
   expect_error(with("first_k_dense_replace", 3), "first_k_dense_replace 3 must lie in [0, num_hidden_layers = 2]");
   expect_error(with("routed_scaling_factor", -1.0), "routed_scaling_factor must be a finite number > 0");
   expect_error(with("v_head_dim", 0), "v_head_dim must be > 0");
+  expect_error(with("n_group", 8), "n_routed_experts / n_group = 1 experts per group");
 }
 
 }  // namespace
