@@ -154,7 +154,10 @@ DeepseekV3Config parse_deepseek_v3_hf_config(const json& hf, const json& overrid
       if (base[k].contains("rope_theta")) plain["rope_theta"] = base[k]["rope_theta"];
       base[k] = plain;
     }
-  base["head_dim"] = int_or(hf, "qk_rope_head_dim", 64);
+  const int64_t rope_dim = int_or(hf, "qk_rope_head_dim", 64);
+  BB_CHECK(rope_dim > 0 && rope_dim % 2 == 0, "deepseek_v3: qk_rope_head_dim must be even and > 0 (rotary pairs), got ",
+           rope_dim);
+  base["head_dim"] = rope_dim;
   base["num_key_value_heads"] = hf.value("num_attention_heads", json(1));
   json j = parse_dense_hf_config(base, false, json::object()).to_json();
   j["model_type"] = "deepseek_v3";
