@@ -72,16 +72,34 @@ void expect_cpu_same_float(const char* op, std::initializer_list<Arg> args) {
               "(configure found no CUDA toolkit, or BB_ENABLE_CUDA=OFF); use device=cpu or rebuild with CUDA");
 }
 
+// Head layout of q [Tq, Hq, Dqk], k [Tkv, Hkv, Dqk], v [Tkv, Hkv, Dv]: the
+// v head dim may differ from the q/k one (multi-head latent attention), so
+// out and dout are [Tq, Hq, Dv]. Throws on mismatch.
+void check_attention_heads(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  expect_dim(op, q, "q", 3);
+  expect_dim(op, k, "k", 3);
+  expect_dim(op, v, "v", 3);
+  const int64_t heads_q = q.size(1), heads_kv = k.size(1), head_dim_qk = q.size(2), head_dim_v = v.size(2);
+  BB_CHECK(k.size(2) == head_dim_qk, op, ": k has head dim ", k.size(2), " but q has ", head_dim_qk,
+           " (q and k share head_dim_qk)");
+  BB_CHECK(v.size(0) == k.size(0) && v.size(1) == heads_kv, op, ": v has shape ", shape_str(v.shape()),
+           ", expected [", k.size(0), ", ", heads_kv, ", head_dim_v] (the tokens and heads of k ",
+           shape_str(k.shape()), "; head_dim_v may differ from head_dim_qk ", head_dim_qk, ")");
+  BB_CHECK(head_dim_qk > 0 && head_dim_v > 0, op, ": head dims must be positive, got head_dim_qk ", head_dim_qk,
+           " and head_dim_v ", head_dim_v);
+  BB_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, op, ": query heads (", heads_q,
+           ") must be a multiple of key/value heads (", heads_kv, ")");
+}
+
+// The shape of out / dout: query tokens and heads, the v head dim.
+Shape attention_out_shape(const Tensor& q, const Tensor& v) { return {q.size(0), q.size(1), v.size(2)}; }
+
 // Shapes shared by the attention forward and backward; returns nothing, throws on mismatch.
 void check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                             const Tensor& cu_seqlens, int64_t max_seqlen) {
-  expect_dim(op, q, "q", 3);
-  expect_dim(op, k, "k", 3);
-  const int64_t tokens = q.size(0), heads_q = q.size(1), heads_kv = k.size(1), head_dim = q.size(2);
-  expect_shape(op, k, "k", {tokens, heads_kv, head_dim});
-  expect_shape(op, v, "v", {tokens, heads_kv, head_dim});
-  BB_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, op, ": query heads (", heads_q,
-           ") must be a multiple of key/value heads (", heads_kv, ")");
+  check_attention_heads(op, q, k, v);
+  BB_CHECK(k.size(0) == q.size(0), op, ": k has ", k.size(0), " tokens but q has ", q.size(0),
+           " (self-attention over one packed batch)");
   expect_dim(op, cu_seqlens, "cu_seqlens", 1);
   BB_CHECK(cu_seqlens.numel() >= 1, op, ": cu_seqlens needs at least one offset (the leading 0)");
   BB_CHECK(cu_seqlens.dtype() == DType::I32, op, ": cu_seqlens must be int32, got ",
@@ -485,13 +503,7 @@ AttentionSpans self_spans(const Tensor& cu_seqlens, int64_t max_seqlen) {
 }
 
 void check_spans(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpans& spans) {
-  expect_dim(op, q, "q", 3);
-  expect_dim(op, k, "k", 3);
-  const int64_t heads_q = q.size(1), heads_kv = k.size(1), head_dim = q.size(2);
-  expect_shape(op, k, "k", {k.size(0), heads_kv, head_dim});
-  expect_shape(op, v, "v", k.shape());
-  BB_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, op, ": query heads (", heads_q,
-           ") must be a multiple of key/value heads (", heads_kv, ")");
+  check_attention_heads(op, q, k, v);
   for (auto [cu, name] : {std::pair{&spans.cu_seqlens_q, "cu_seqlens_q"}, {&spans.cu_seqlens_kv, "cu_seqlens_kv"}}) {
     expect_dim(op, *cu, name, 1);
     BB_CHECK(cu->numel() >= 1, op, ": ", name, " needs at least one offset (the leading 0)");
@@ -513,7 +525,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const Device dev = common_device(
       op, {{q, "q"}, {k, "k"}, {v, "v"}, {cu_seqlens, "cu_seqlens"}, {out, "out"}, {lse, "lse"}});
   check_attention_shapes(op, q, k, v, cu_seqlens, max_seqlen);
-  expect_shape(op, out, "out", q.shape());
+  expect_shape(op, out, "out", attention_out_shape(q, v));
   expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"}});
@@ -530,8 +542,8 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   const Device dev = common_device(op, {{dout, "dout"}, {q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
                                         {cu_seqlens, "cu_seqlens"}, {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
   check_attention_shapes(op, q, k, v, cu_seqlens, max_seqlen);
-  expect_shape(op, dout, "dout", q.shape());
-  expect_shape(op, out, "out", q.shape());
+  expect_shape(op, dout, "dout", attention_out_shape(q, v));
+  expect_shape(op, out, "out", attention_out_shape(q, v));
   expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
   expect_shape(op, dq, "dq", q.shape());
   expect_shape(op, dk, "dk", k.shape());
@@ -552,7 +564,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const Device dev = common_device(op, {{q, "q"}, {k, "k"}, {v, "v"}, {spans.cu_seqlens_q, "cu_seqlens_q"},
                                         {spans.cu_seqlens_kv, "cu_seqlens_kv"}, {out, "out"}, {lse, "lse"}});
   check_spans(op, q, k, v, spans);
-  expect_shape(op, out, "out", q.shape());
+  expect_shape(op, out, "out", attention_out_shape(q, v));
   expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"}});
@@ -571,8 +583,8 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                                         {spans.cu_seqlens_q, "cu_seqlens_q"}, {spans.cu_seqlens_kv, "cu_seqlens_kv"},
                                         {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
   check_spans(op, q, k, v, spans);
-  expect_shape(op, dout, "dout", q.shape());
-  expect_shape(op, out, "out", q.shape());
+  expect_shape(op, dout, "dout", attention_out_shape(q, v));
+  expect_shape(op, out, "out", attention_out_shape(q, v));
   expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
   expect_shape(op, dq, "dq", q.shape());
   expect_shape(op, dk, "dk", k.shape());

@@ -103,11 +103,16 @@ void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_u
 
 // ---- attention ------------------------------------------------------------------
 // Causal grouped-query attention over packed variable-length sequences.
-// q [T, Hq, D], k and v [T, Hkv, D] with Hq % Hkv == 0 (query head h reads kv
-// head h / (Hq/Hkv)); cu_seqlens [S+1] int32 on the device of q (offsets of
-// each sequence in T, from 0); max_seqlen the longest sequence (sizes the CUDA
-// grid); out [T, Hq, D]; lse [T, Hq] (float32 on CUDA, the compute dtype on
-// CPU) = log-sum-exp of each query row's scaled scores.
+// q [T, Hq, Dqk], k [T, Hkv, Dqk] and v [T, Hkv, Dv] with Hq % Hkv == 0
+// (query head h reads kv head h / (Hq/Hkv)); the v head dim Dv may differ
+// from the q/k one Dqk, as in multi-head latent attention (DeepSeek-V3:
+// Dqk 192 = nope 128 + rope 64, Dv 128); callers pass the scale, usually
+// 1/sqrt(Dqk). cu_seqlens [S+1] int32 on the device of q (offsets of each
+// sequence in T, from 0); max_seqlen the longest sequence (sizes the CUDA
+// grid); out [T, Hq, Dv]; lse [T, Hq] (float32 on CUDA, the compute dtype on
+// CPU) = log-sum-exp of each query row's scaled scores. The backward takes
+// dout [T, Hq, Dv] and writes dq, dk, dv shaped as q, k, v. The head-dim pairs
+// each CUDA backend runs are listed in docs/cuda.md.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                        int64_t max_seqlen, double scale, Tensor& out, Tensor& lse);
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -115,8 +120,9 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         Tensor& dk, Tensor& dv);
 
 // Partial attention, the step of ring attention (context parallelism): query
-// sequence s (rows cu_seqlens_q[s] .. cu_seqlens_q[s+1] of q [Tq, Hq, D])
-// against key/value sequence s (rows of cu_seqlens_kv in k, v [Tkv, Hkv, D]).
+// sequence s (rows cu_seqlens_q[s] .. cu_seqlens_q[s+1] of q [Tq, Hq, Dqk])
+// against key/value sequence s (rows of cu_seqlens_kv in k [Tkv, Hkv, Dqk],
+// v [Tkv, Hkv, Dv]); out [Tq, Hq, Dv].
 // Causal aligns the diagonal bottom-right, as flash attention and cuDNN do:
 // query i of Lq sees keys j <= i + Lkv - Lq; None sees every key. A query row
 // that sees no key gets out 0 and lse -inf. The CPU op and every CUDA
@@ -135,7 +141,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk,
                         Tensor& dv);
-// Folds a partial attention into a running one, row by row (out [T, H, D],
+// Folds a partial attention into a running one, row by row (out [T, H, Dv],
 // lse [T, H]): lse' = log(exp(lse) + exp(part_lse)),
 // out = exp(lse - lse') out + exp(part_lse - lse') part_out. A row whose both
 // lse are -inf keeps out and lse.

@@ -1,7 +1,7 @@
 // Tensor-parallel modules at tp = the number of ranks, with sequence parallel
 // as TensorParallel runs it, against the same module on one rank in float64:
 // Column/Row linear, SelfAttention (GQA, q/k norm on and off, packed
-// sequences), the SwiGLU MLP, the DecoderLayer (every recompute mode) and the
+// sequences), multi-head latent attention, the SwiGLU MLP, the DecoderLayer (every recompute mode) and the
 // vocab-parallel LM head (vocabulary padded to a multiple of tp). Every rank builds both from the same seed, feeds its
 // shard of the same inputs, and checks that its outputs, input gradients and
 // parameter-gradient shards (replicated ones summed over the group) equal its
@@ -166,6 +166,48 @@ TEST_P(MpiTensorParallelAttention, MatchesOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(QkNormOffOn, MpiTensorParallelAttention, ::testing::Bool());
+
+// Multi-head latent attention: heads split over tp (q_b_proj or q_proj and
+// kv_b_proj by rows, o_proj by columns), the compressed kv path and the q
+// low-rank path replicated; with and without q_lora_rank.
+class MpiTensorParallelMLA : public ::testing::TestWithParam<bool> {};
+
+TEST_P(MpiTensorParallelMLA, MatchesOneRank) {
+  MLAConfig cfg;
+  cfg.hidden = 8;
+  cfg.num_heads = 8;
+  cfg.q_lora_rank = GetParam() ? 6 : 0;
+  cfg.kv_lora_rank = 5;
+  cfg.qk_nope_head_dim = 4;
+  cfg.qk_rope_head_dim = 4;
+  cfg.v_head_dim = 8;
+  cfg.softmax_scale = 0.35;
+  cfg.rope_scale = 1.2;
+  if (!divides({kTokens, cfg.num_heads})) GTEST_SKIP() << "tp " << tp_size() << " does not divide the sizes";
+  const SequenceLayout seq = test::packed_sequences({5, 7, 9, 3});
+  Generator gen(141);
+  Tensor x = test::random_tensor(gen, {kTokens, cfg.hidden}), dy = test::random_tensor(gen, {kTokens, cfg.hidden});
+
+  test::ModuleFixture single;
+  auto ref = single.make_mla_attention(cfg);
+  single.allocate_and_init(142);
+  std::unique_ptr<BlockState> rs;
+  const Tensor y_ref = ref->forward(x, seq, rs);
+  const Tensor dx_ref = ref->backward(dy, seq, rs);
+
+  test::ModuleFixture parallel(tp_group());
+  auto attn = parallel.make_mla_attention(cfg);
+  parallel.allocate_and_init(142);
+  std::unique_ptr<BlockState> s;
+  EXPECT_LT(test::relative_error(attn->forward(token_shard(x), seq, s).to_doubles(), token_shard(y_ref).to_doubles()),
+            kTol);
+  EXPECT_LT(test::relative_error(attn->backward(token_shard(dy), seq, s).to_doubles(),
+                                 token_shard(dx_ref).to_doubles()),
+            kTol);
+  expect_parameter_shards_match(parallel, single);
+}
+
+INSTANTIATE_TEST_SUITE_P(QProjOrLowRank, MpiTensorParallelMLA, ::testing::Bool());
 
 TEST(MpiTensorParallelModules, SwiGLUMLPMatchesOneRank) {
   constexpr int64_t kHidden = 8, kFfn = 24;

@@ -7,7 +7,7 @@
 // layouts and microbatch counts, context parallelism where it cannot run,
 // bb-convert commands, output folders and checkpoints, MoE models: ep not
 // dividing the experts, top-k above the expert count, a checkpoint holding a
-// layer's experts in both layouts.
+// layer's experts in both layouts; DeepSeek-V3 fields out of range and MTP.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -117,6 +117,8 @@ const std::string kCorrectness = "hf_path={fx} tokens={fx}/tokens.json ";
 const std::string kMoe =
     "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_moe_experts tokens=" + std::string(BB_SOURCE_DIR) +
     "/tests/fixtures/qwen3_moe_experts/tokens.json ";
+const std::string kDeepseek = "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/deepseek_v3_qproj tokens=" +
+                              std::string(BB_SOURCE_DIR) + "/tests/fixtures/deepseek_v3_qproj/tokens.json ";
 const std::string kBench = "backend=bb hf_path={fx} bench.seq_len=8 bench.warmup=0 ";
 const std::string kTrain = "recipe=recipes/qwen3_tiny_pretrain.json output.dir={tmp}/train_out train.steps=2 "
                            "optimizer.lr_warmup_steps=1 ";
@@ -307,6 +309,18 @@ std::vector<Row> rows() {
        "hf_path={tmp}/moe_mixed_layouts tokens=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_moe_fused/tokens.json", 1,
        "layer 0 holds its experts both fused ('model.layers.0.mlp.experts.gate_up_proj') and per expert "
        "('model.layers.0.mlp.experts.0.gate_proj.weight')"},
+      // DeepSeek-V3 config fields out of range, and multi-token prediction (not built yet).
+      {"correctness_dsv3_kv_lora_rank_zero", "bb-correctness",
+       kDeepseek + "'backend.model_overrides={\"kv_lora_rank\": 0}'", 1, "deepseek_v3: kv_lora_rank must be > 0, got 0"},
+      {"correctness_dsv3_topk_group_above_n_group", "bb-correctness",
+       kDeepseek + "'backend.model_overrides={\"topk_group\": 5}'", 1,
+       "deepseek_v3: topk_group 5 must lie in [1, n_group = 4]"},
+      {"correctness_dsv3_experts_not_dividing_groups", "bb-correctness",
+       kDeepseek + "'backend.model_overrides={\"n_group\": 3}'", 1,
+       "deepseek_v3: n_routed_experts 8 is not divisible by n_group 3"},
+      {"correctness_dsv3_mtp", "bb-correctness",
+       kDeepseek + "'backend.model_overrides={\"num_nextn_predict_layers\": 1}'", 1,
+       "multi-token prediction is not built yet"},
       {"correctness_moe_aux_loss_type", "bb-correctness",
        kMoe + "'backend.model_overrides={\"moe_aux_loss_type\": \"switch\"}'", 1,
        "moe_aux_loss_type 'switch' is not one of hf, megatron"},

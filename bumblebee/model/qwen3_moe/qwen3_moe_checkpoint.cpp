@@ -105,8 +105,13 @@ bool qwen3_moe_layer_is_fused(const HFCheckpoint& ckpt, const Qwen3MoeConfig& cf
 
 void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg,
                             const LayerRange& range) {
+  load_moe_weights(store, ckpt, cfg, range,
+                   qwen3_moe_checkpoint_mapping(cfg, qwen3_moe_held_experts(store, cfg)));
+}
+
+void load_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg, const LayerRange& range,
+                      const CheckpointMapping& mapping) {
   const ExpertRange experts = qwen3_moe_held_experts(store, cfg);
-  const CheckpointMapping mapping = qwen3_moe_checkpoint_mapping(cfg, experts);
   std::set<int64_t> fused;
   for (int64_t i = 0; i < cfg.dense.num_layers; ++i)
     if (cfg.is_moe_layer(i) && qwen3_moe_layer_is_fused(ckpt, cfg, i)) fused.insert(i);
@@ -164,8 +169,13 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
 
 void export_qwen3_moe_weights(ParamStore& store, ParallelContext& pc, const Qwen3MoeConfig& cfg,
                               const LayerRange& range, const WeightSink& sink) {
+  export_moe_weights(store, pc, cfg, range, qwen3_moe_checkpoint_mapping(cfg, qwen3_moe_held_experts(store, cfg)),
+                     sink);
+}
+
+void export_moe_weights(ParamStore& store, ParallelContext& pc, const Qwen3MoeConfig& cfg, const LayerRange& range,
+                        CheckpointMapping local, const WeightSink& sink) {
   const ExpertRange held = qwen3_moe_held_experts(store, cfg);
-  CheckpointMapping local = qwen3_moe_checkpoint_mapping(cfg, held);
   std::erase_if(local.rules, is_expert_rule);
   export_mapped_weights(store, pc.tp(), local, range, sink);
   dist::Communicator& ep = pc.ep();

@@ -52,4 +52,12 @@ void load_qwen3_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Q
 void export_qwen3_moe_weights(ParamStore& store, ParallelContext& pc, const Qwen3MoeConfig& cfg,
                               const LayerRange& range, const WeightSink& sink);
 
+// The same for another MoE model whose checkpoint differs outside the
+// routed experts (DeepSeek-V3): `mapping` is qwen3_moe_checkpoint_mapping's
+// with the model's own non-expert rules; `cfg` gives the experts and the MoE layers.
+void load_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3MoeConfig& cfg, const LayerRange& range,
+                      const CheckpointMapping& mapping);
+void export_moe_weights(ParamStore& store, ParallelContext& pc, const Qwen3MoeConfig& cfg, const LayerRange& range,
+                        CheckpointMapping mapping, const WeightSink& sink);
+
 }  // namespace bb

@@ -10,6 +10,10 @@
 // so it checks the same identities the CUDA kernel relies on. Every dot
 // product and sum accumulates in double, which makes float64 exact to
 // rounding. Serial: the CPU backend is the oracle, not the fast path.
+//
+// Scores use the q/k head dim, values and outputs the v head dim; the two
+// differ in multi-head latent attention (DeepSeek-V3: q/k 192 = nope + rope,
+// v 128).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,14 +25,18 @@
 namespace bb::cpu {
 namespace {
 
+// Row offsets of query head h / its kv head at token t: q and k rows hold
+// head_dim_qk values, v, out and dout rows head_dim_v.
 struct Layout {
-  int64_t heads_q, heads_kv, head_dim, group;
-  int64_t q_row(int64_t t, int64_t h) const { return (t * heads_q + h) * head_dim; }
-  int64_t kv_row(int64_t t, int64_t h) const { return (t * heads_kv + h / group) * head_dim; }
+  int64_t heads_q, heads_kv, head_dim_qk, head_dim_v, group;
+  int64_t q_row(int64_t t, int64_t h) const { return (t * heads_q + h) * head_dim_qk; }
+  int64_t k_row(int64_t t, int64_t h) const { return (t * heads_kv + h / group) * head_dim_qk; }
+  int64_t o_row(int64_t t, int64_t h) const { return (t * heads_q + h) * head_dim_v; }
+  int64_t v_row(int64_t t, int64_t h) const { return (t * heads_kv + h / group) * head_dim_v; }
 };
 
-Layout layout_of(const Tensor& q, const Tensor& k) {
-  Layout l{q.size(1), k.size(1), q.size(2), 0};
+Layout layout_of(const Tensor& q, const Tensor& k, const Tensor& v) {
+  Layout l{q.size(1), k.size(1), q.size(2), v.size(2), 0};
   l.group = l.heads_q / l.heads_kv;
   return l;
 }
@@ -64,7 +72,7 @@ std::vector<SequenceSpan> spans_of(const ops::AttentionSpans& spans, const char*
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
                        double scale, Tensor& out, Tensor& lse) {
-  const Layout l = layout_of(q, k);
+  const Layout l = layout_of(q, k, v);
   const std::vector<SequenceSpan> seqs = spans_of(spans, "attention_forward");
   visit_float(q.dtype(), "attention_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -76,7 +84,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     // Sized by the sequences themselves, not by max_seqlen (a CUDA grid hint).
     int64_t longest = 0;
     for (const SequenceSpan& sp : seqs) longest = std::max(longest, sp.kv_end - sp.kv_begin);
-    std::vector<double> scores(static_cast<size_t>(longest)), acc(static_cast<size_t>(l.head_dim));
+    std::vector<double> scores(static_cast<size_t>(longest)), acc(static_cast<size_t>(l.head_dim_v));
     for (const SequenceSpan& sp : seqs) {
       for (int64_t h = 0; h < l.heads_q; ++h) {
         for (int64_t i = sp.q_begin; i < sp.q_end; ++i) {
@@ -85,7 +93,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
           double row_max = -std::numeric_limits<double>::infinity();
           for (int64_t j = sp.kv_begin; j < end; ++j) {
             double& sc = scores[size_t(j - sp.kv_begin)];
-            sc = scale * dot(qi, pk + l.kv_row(j, h), l.head_dim);
+            sc = scale * dot(qi, pk + l.k_row(j, h), l.head_dim_qk);
             row_max = std::max(row_max, sc);
           }
           std::fill(acc.begin(), acc.end(), 0.0);
@@ -96,12 +104,12 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
             row_lse = row_max + std::log(denom);
             for (int64_t j = sp.kv_begin; j < end; ++j) {
               const double p = std::exp(scores[size_t(j - sp.kv_begin)] - row_lse);
-              const T* vj = pv + l.kv_row(j, h);
-              for (int64_t d = 0; d < l.head_dim; ++d) acc[size_t(d)] += p * double(vj[d]);
+              const T* vj = pv + l.v_row(j, h);
+              for (int64_t d = 0; d < l.head_dim_v; ++d) acc[size_t(d)] += p * double(vj[d]);
             }
           }
-          T* oi = po + l.q_row(i, h);
-          for (int64_t d = 0; d < l.head_dim; ++d) oi[d] = T(acc[size_t(d)]);
+          T* oi = po + l.o_row(i, h);
+          for (int64_t d = 0; d < l.head_dim_v; ++d) oi[d] = T(acc[size_t(d)]);
           pl[i * l.heads_q + h] = T(row_lse);
         }
       }
@@ -112,7 +120,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk,
                         Tensor& dv) {
-  const Layout l = layout_of(q, k);
+  const Layout l = layout_of(q, k, v);
   const std::vector<SequenceSpan> seqs = spans_of(spans, "attention_backward");
   visit_float(q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -125,32 +133,32 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
     T* pdq = dq.data<T>();
     // dK and dV gather contributions from every query head of their group.
     std::vector<double> dk_acc(size_t(k.numel()), 0.0), dv_acc(size_t(v.numel()), 0.0);
-    std::vector<double> dq_acc(size_t(l.head_dim));
+    std::vector<double> dq_acc(size_t(l.head_dim_qk));
     std::fill(pdq, pdq + q.numel(), T(0));   // rows outside every sequence get no gradient
     for (const SequenceSpan& sp : seqs) {
       for (int64_t h = 0; h < l.heads_q; ++h) {
         for (int64_t i = sp.q_begin; i < sp.q_end; ++i) {
           const T* qi = pq + l.q_row(i, h);
-          const T* doi = pdo + l.q_row(i, h);
+          const T* doi = pdo + l.o_row(i, h);
           const double row_lse = double(pl[i * l.heads_q + h]);
-          const double d_i = dot(doi, po + l.q_row(i, h), l.head_dim);
+          const double d_i = dot(doi, po + l.o_row(i, h), l.head_dim_v);
           std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
           const int64_t end = row_lse == -std::numeric_limits<double>::infinity() ? sp.kv_begin : sp.key_end(i);
           for (int64_t j = sp.kv_begin; j < end; ++j) {
-            const T* kj = pk + l.kv_row(j, h);
-            const T* vj = pv + l.kv_row(j, h);
-            const double p = std::exp(scale * dot(qi, kj, l.head_dim) - row_lse);
-            const double ds = p * (dot(doi, vj, l.head_dim) - d_i);
-            double* dkj = dk_acc.data() + l.kv_row(j, h);
-            double* dvj = dv_acc.data() + l.kv_row(j, h);
-            for (int64_t d = 0; d < l.head_dim; ++d) {
-              dvj[d] += p * double(doi[d]);
+            const T* kj = pk + l.k_row(j, h);
+            const T* vj = pv + l.v_row(j, h);
+            const double p = std::exp(scale * dot(qi, kj, l.head_dim_qk) - row_lse);
+            const double ds = p * (dot(doi, vj, l.head_dim_v) - d_i);
+            double* dkj = dk_acc.data() + l.k_row(j, h);
+            double* dvj = dv_acc.data() + l.v_row(j, h);
+            for (int64_t d = 0; d < l.head_dim_v; ++d) dvj[d] += p * double(doi[d]);
+            for (int64_t d = 0; d < l.head_dim_qk; ++d) {
               dkj[d] += scale * ds * double(qi[d]);
               dq_acc[size_t(d)] += scale * ds * double(kj[d]);
             }
           }
           T* dqi = pdq + l.q_row(i, h);
-          for (int64_t d = 0; d < l.head_dim; ++d) dqi[d] = T(dq_acc[size_t(d)]);
+          for (int64_t d = 0; d < l.head_dim_qk; ++d) dqi[d] = T(dq_acc[size_t(d)]);
         }
       }
     }

@@ -98,4 +98,37 @@ Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, Save
   return tp_->enter_backward(dx_full);
 }
 
+namespace {
+class SelfAttentionBlock : public Block {
+ public:
+  struct State : BlockState {
+    SelfAttention::Saved saved;
+  };
+  SelfAttentionBlock(ParamStore& store, const std::string& prefix, const AttentionConfig& cfg, ParallelContext& pc,
+                     const Tensor& inv_freq)
+      : attn_(store, prefix, cfg, pc, inv_freq) {}
+  Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override {
+    auto s = std::make_unique<State>();
+    Tensor y = attn_.forward(x, seq, s->saved);
+    state = std::move(s);
+    return y;
+  }
+  Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override {
+    BB_CHECK(state, "SelfAttention::backward without a saved forward");
+    Tensor dx = attn_.backward(dy, seq, static_cast<State&>(*state).saved);
+    state.reset();
+    return dx;
+  }
+
+ private:
+  SelfAttention attn_;
+};
+}  // namespace
+
+BlockFactory self_attention(const AttentionConfig& cfg, ParallelContext& pc, const Tensor& inv_freq) {
+  return [cfg, &pc, inv_freq](ParamStore& store, const std::string& prefix) -> std::unique_ptr<Block> {
+    return std::make_unique<SelfAttentionBlock>(store, prefix, cfg, pc, inv_freq);
+  };
+}
+
 }  // namespace bb

@@ -52,4 +52,8 @@ class SelfAttention {
   void core_attention(const SequenceLayout& seq, Saved& s);
 };
 
+// A decoder layer's attention slot filled with SelfAttention (a Block whose
+// state holds SelfAttention::Saved).
+BlockFactory self_attention(const AttentionConfig& cfg, ParallelContext& pc, const Tensor& inv_freq);
+
 }  // namespace bb

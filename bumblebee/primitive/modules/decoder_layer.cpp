@@ -7,15 +7,19 @@ namespace bb {
 
 DecoderLayer::DecoderLayer(ParamStore& store, const std::string& prefix, const DecoderLayerConfig& cfg,
                            ParallelContext& pc, const Tensor& inv_freq, const BlockFactory& ffn)
-    : input_layernorm_(store, prefix + "input_layernorm.weight", cfg.attention.hidden, cfg.norm_eps),
-      self_attn_(store, prefix + "self_attn.", cfg.attention, pc, inv_freq),
-      post_attention_layernorm_(store, prefix + "post_attention_layernorm.weight", cfg.attention.hidden,
-                                cfg.norm_eps),
+    : DecoderLayer(store, prefix, cfg.attention.hidden, cfg.norm_eps, self_attention(cfg.attention, pc, inv_freq),
+                   ffn) {}
+
+DecoderLayer::DecoderLayer(ParamStore& store, const std::string& prefix, int64_t hidden, double norm_eps,
+                           const BlockFactory& attention, const BlockFactory& ffn)
+    : input_layernorm_(store, prefix + "input_layernorm.weight", hidden, norm_eps),
+      self_attn_(attention(store, prefix + "self_attn.")),
+      post_attention_layernorm_(store, prefix + "post_attention_layernorm.weight", hidden, norm_eps),
       mlp_(ffn(store, prefix + "mlp.")) {}
 
 Tensor DecoderLayer::forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) {
   auto s = std::make_unique<Saved>();
-  Tensor a = self_attn_.forward(input_layernorm_.forward(x, s->norm1), seq, s->attn);
+  Tensor a = self_attn_->forward(input_layernorm_.forward(x, s->norm1), seq, s->attn);
   Tensor h = Tensor::empty(x.shape(), x.dtype(), x.device());
   ops::add(x, a, h);
   Tensor m = mlp_->forward(post_attention_layernorm_.forward(h, s->norm2), seq, s->ffn);
@@ -34,7 +38,7 @@ Tensor DecoderLayer::backward(const Tensor& dy, const SequenceLayout& seq, std::
   const DType act = post_attention_layernorm_.out_dtype();
   Tensor dh = post_attention_layernorm_.backward(mlp_->backward(dy.to(act), seq, s.ffn), s.norm2);
   ops::add_(dh, dy);
-  Tensor dx = input_layernorm_.backward(self_attn_.backward(dh.to(act), seq, s.attn), s.norm1);
+  Tensor dx = input_layernorm_.backward(self_attn_->backward(dh.to(act), seq, s.attn), s.norm1);
   ops::add_(dx, dh);
   state.reset();
   return dx;

@@ -26,6 +26,7 @@
 #include "bumblebee/primitive/modules/decoder_layer.h"
 #include "bumblebee/primitive/modules/linear.h"
 #include "bumblebee/primitive/modules/lm_head.h"
+#include "bumblebee/primitive/modules/mla_attention.h"
 #include "bumblebee/primitive/modules/mlp.h"
 #include "bumblebee/primitive/modules/moe/grouped_experts.h"
 #include "bumblebee/primitive/modules/moe/sparse_moe.h"
@@ -61,6 +62,13 @@ class ModuleFixture {
   // rotary frequencies of the default rope type.
   std::unique_ptr<SelfAttention> make_attention(const AttentionConfig& cfg, const std::string& prefix = "") {
     return std::make_unique<SelfAttention>(store_, prefix, cfg, pc_, inv_freq(cfg.head_dim));
+  }
+  // Parameters "<prefix>q_a_proj.weight" (or q_proj), ..., "<prefix>o_proj.weight" (HF's DeepseekV3Attention);
+  // rotary frequencies of `rope` over qk_rope_head_dim.
+  std::unique_ptr<MLAttention> make_mla_attention(const MLAConfig& cfg, const RopeConfig& rope = {},
+                                                  const std::string& prefix = "") {
+    const Tensor f = inv_freqs_.emplace_back(rope_inv_freq(rope, cfg.qk_rope_head_dim));
+    return std::make_unique<MLAttention>(store_, prefix, cfg, pc_, f);
   }
   // Parameters "<prefix>gate_proj.weight", "<prefix>up_proj.weight", "<prefix>down_proj.weight".
   std::unique_ptr<SwiGLUMLP> make_mlp(int64_t hidden, int64_t ffn, const std::string& prefix = "",
