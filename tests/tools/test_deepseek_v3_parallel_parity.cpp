@@ -71,7 +71,7 @@ std::vector<Layout> layouts() {
     v.push_back({f, "ep2", " backend.parallel.ep=2"});
     v.push_back({f, "dp2", ""});
     v.push_back({f, "pp2", " backend.parallel.pp=2 'backend.parallel.pp_layout=E,t,t|t,L'"});
-    v.push_back({f, "tp2_ep4", " backend.parallel.tp=2 backend.parallel.ep=4", 4});
+    v.push_back({f, "tp2_ep4_etp1", " backend.parallel.tp=2 backend.parallel.ep=4 backend.parallel.etp=1", 4});
     v.push_back({f, "tp2_etp2_ep2", " backend.parallel.tp=2 backend.parallel.etp=2 backend.parallel.ep=2", 4});
   }
   return v;
