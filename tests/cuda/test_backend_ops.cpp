@@ -562,16 +562,25 @@ void adamw_cases(std::vector<Case>& cases) {
   }
 }
 
+// "D=128", or "D=192/128" for a v head dim other than the q/k one (multi-head
+// latent attention).
+std::string head_dims(int64_t head_dim_qk, int64_t head_dim_v) {
+  return head_dim_v == head_dim_qk ? fmt("D=%lld", (long long)head_dim_qk)
+                                   : fmt("D=%lld/%lld", (long long)head_dim_qk, (long long)head_dim_v);
+}
+
 struct AttentionShape {
   std::vector<int64_t> seqlens;
   int64_t heads_q, heads_kv, head_dim;
+  int64_t head_dim_v = 0;   // 0: the q/k head dim
+  int64_t dv() const { return head_dim_v ? head_dim_v : head_dim; }
 };
 
 std::string attention_shape(const AttentionShape& a) {
   std::string lens;
   for (int64_t l : a.seqlens) lens += (lens.empty() ? "" : ",") + std::to_string(l);
-  return fmt("seqs=[%s] Hq=%lld Hkv=%lld D=%lld", lens.c_str(), (long long)a.heads_q, (long long)a.heads_kv,
-             (long long)a.head_dim);
+  return fmt("seqs=[%s] Hq=%lld Hkv=%lld %s", lens.c_str(), (long long)a.heads_q, (long long)a.heads_kv,
+             head_dims(a.head_dim, a.dv()).c_str());
 }
 
 // The same values as `p.gpu` in a view that starts 2 bytes past the start of
@@ -595,16 +604,17 @@ void add_attention_cases(std::vector<Case>& cases, const std::string& backend, c
   }
   const int64_t tokens = int64_t(cu.back());
   const double scale = 1.0 / std::sqrt(double(a.head_dim));
-  const Shape q_shape{tokens, a.heads_q, a.head_dim}, kv_shape{tokens, a.heads_kv, a.head_dim};
+  const Shape q_shape{tokens, a.heads_q, a.head_dim}, k_shape{tokens, a.heads_kv, a.head_dim};
+  const Shape v_shape{tokens, a.heads_kv, a.dv()}, out_shape{tokens, a.heads_q, a.dv()};
   const std::string shape = attention_shape(a) + (unaligned ? " unaligned" : "");
   auto place = [unaligned](const Pair& p) { return unaligned ? unaligned_view(p) : p; };
   cases.push_back({"attention_forward[" + label + "]", shape, [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", backend);
                      Pair q = place(random_pair(gen, q_shape, DType::BF16)),
-                          k = place(random_pair(gen, kv_shape, DType::BF16)),
-                          v = place(random_pair(gen, kv_shape, DType::BF16));
+                          k = place(random_pair(gen, k_shape, DType::BF16)),
+                          v = place(random_pair(gen, v_shape, DType::BF16));
                      Pair cu_seqlens = index_pair(cu, DType::I32);
-                     Pair out = place(output_pair(q_shape, DType::BF16)),
+                     Pair out = place(output_pair(out_shape, DType::BF16)),
                           lse = output_pair({tokens, a.heads_q}, DType::F32);
                      cuda::attention_forward(q.gpu, k.gpu, v.gpu, cu_seqlens.gpu, max_seqlen, scale, out.gpu,
                                              lse.gpu);
@@ -617,17 +627,17 @@ void add_attention_cases(std::vector<Case>& cases, const std::string& backend, c
   cases.push_back({"attention_backward[" + label + "]", shape, [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", backend);
                      Pair q = place(random_pair(gen, q_shape, DType::BF16)),
-                          k = place(random_pair(gen, kv_shape, DType::BF16)),
-                          v = place(random_pair(gen, kv_shape, DType::BF16));
-                     Pair dout = place(random_pair(gen, q_shape, DType::BF16));
+                          k = place(random_pair(gen, k_shape, DType::BF16)),
+                          v = place(random_pair(gen, v_shape, DType::BF16));
+                     Pair dout = place(random_pair(gen, out_shape, DType::BF16));
                      Pair cu_seqlens = index_pair(cu, DType::I32);
                      // out and lse from the CPU forward (out rounded to bf16), the same on both sides.
-                     Tensor out_cpu = Tensor::empty(q_shape, DType::F32);
+                     Tensor out_cpu = Tensor::empty(out_shape, DType::F32);
                      Tensor lse_cpu = Tensor::empty({tokens, a.heads_q}, DType::F32);
                      ops::attention_forward(q.cpu, k.cpu, v.cpu, cu_seqlens.cpu, max_seqlen, scale, out_cpu, lse_cpu);
                      Pair out = place(pair_from_cpu(out_cpu, DType::BF16)), lse = pair_from_cpu(lse_cpu, DType::F32);
-                     Pair dq = place(output_pair(q_shape, DType::BF16)), dk = place(output_pair(kv_shape, DType::BF16)),
-                          dv = place(output_pair(kv_shape, DType::BF16));
+                     Pair dq = place(output_pair(q_shape, DType::BF16)), dk = place(output_pair(k_shape, DType::BF16)),
+                          dv = place(output_pair(v_shape, DType::BF16));
                      cuda::attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, cu_seqlens.gpu,
                                               max_seqlen, scale, dq.gpu, dk.gpu, dv.gpu);
                      ops::attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, cu_seqlens.cpu,
@@ -649,14 +659,26 @@ void attention_cases(std::vector<Case>& cases) {
       {{37, 20, 9}, 6, 2, 6}, {{50, 13}, 6, 3, 10},  {{64, 1, 30}, 8, 4, 12},
       {{40, 25}, 4, 2, 100},  {{45, 70}, 4, 1, 160},
   };
-  const AttentionShape unaligned_shape = {{33, 17}, 4, 2, 64};
+  // A v head dim other than the q/k one (multi-head latent attention): DeepSeek-V3's
+  // 192/128 with MHA and GQA, and smaller pairs both tiled backends take.
+  const AttentionShape mla_shapes[] = {
+      {{100, 37, 1, 64}, 16, 16, 192, 128}, {{129, 200}, 8, 2, 192, 128}, {{300}, 4, 1, 192, 128},
+      {{65, 3}, 4, 2, 64, 32},              {{77, 50}, 4, 2, 128, 64},
+  };
+  // Pairs neither tiled backend takes (a head dim not a multiple of 8, or q/k above 192).
+  const AttentionShape mla_small_shapes[] = {{{37, 20, 9}, 4, 2, 20, 12}, {{45, 30}, 4, 1, 256, 128}};
+  const AttentionShape unaligned_shapes[] = {{{33, 17}, 4, 2, 64}, {{33, 17}, 4, 2, 192, 128}};
   std::vector<std::string> backends = {"flash"};
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
   for (const std::string& backend : backends) {
     for (const AttentionShape& a : shapes) add_attention_cases(cases, backend, backend, a, false);
+    for (const AttentionShape& a : mla_shapes) add_attention_cases(cases, backend, backend, a, false);
     for (const AttentionShape& a : small_head_shapes)
       add_attention_cases(cases, backend, backend + "->small", a, false);
-    add_attention_cases(cases, backend, backend + "->small", unaligned_shape, true);
+    for (const AttentionShape& a : mla_small_shapes)
+      add_attention_cases(cases, backend, backend + "->small", a, false);
+    for (const AttentionShape& a : unaligned_shapes)
+      add_attention_cases(cases, backend, backend + "->small", a, true);
   }
 }
 
@@ -664,7 +686,7 @@ void attention_cases(std::vector<Case>& cases) {
 // key/value sequence s, causal (diagonal bottom-right) or unmasked.
 struct PartialAttentionShape {
   std::vector<int64_t> seqlens_q, seqlens_kv;
-  int64_t heads_q, heads_kv, head_dim;
+  int64_t heads_q, heads_kv, head_dim, head_dim_v;
   ops::AttentionMask mask;
 };
 
@@ -674,8 +696,9 @@ std::string partial_attention_shape(const PartialAttentionShape& a) {
     for (int64_t l : ls) out += (out.empty() ? "" : ",") + std::to_string(l);
     return out;
   };
-  return fmt("q=[%s] kv=[%s] Hq=%lld Hkv=%lld D=%lld %s", lens(a.seqlens_q).c_str(), lens(a.seqlens_kv).c_str(),
-             (long long)a.heads_q, (long long)a.heads_kv, (long long)a.head_dim, ops::attention_mask_name(a.mask));
+  return fmt("q=[%s] kv=[%s] Hq=%lld Hkv=%lld %s %s", lens(a.seqlens_q).c_str(), lens(a.seqlens_kv).c_str(),
+             (long long)a.heads_q, (long long)a.heads_kv, head_dims(a.head_dim, a.head_dim_v).c_str(),
+             ops::attention_mask_name(a.mask));
 }
 
 // Offsets [0, l0, l0 + l1, ...] and the longest length.
@@ -712,7 +735,8 @@ void add_partial_attention_cases(std::vector<Case>& cases, const std::string& ba
   const int64_t max_q = offsets_of(a.seqlens_q).second, max_kv = offsets_of(a.seqlens_kv).second;
   const int64_t tokens_q = int64_t(cu_q.back()), tokens_kv = int64_t(cu_kv.back());
   const double scale = 1.0 / std::sqrt(double(a.head_dim));
-  const Shape q_shape{tokens_q, a.heads_q, a.head_dim}, kv_shape{tokens_kv, a.heads_kv, a.head_dim};
+  const Shape q_shape{tokens_q, a.heads_q, a.head_dim}, k_shape{tokens_kv, a.heads_kv, a.head_dim};
+  const Shape v_shape{tokens_kv, a.heads_kv, a.head_dim_v}, out_shape{tokens_q, a.heads_q, a.head_dim_v};
   const ops::AttentionMask mask = a.mask;
   const std::string shape = partial_attention_shape(a);
   auto spans_of = [=](const Pair& q_offsets, const Pair& kv_offsets, bool gpu) {
@@ -721,10 +745,10 @@ void add_partial_attention_cases(std::vector<Case>& cases, const std::string& ba
   };
   cases.push_back({"attention_partial_forward[" + label + "]", shape, [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", backend);
-                     Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, kv_shape, DType::BF16),
-                          v = random_pair(gen, kv_shape, DType::BF16);
+                     Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, k_shape, DType::BF16),
+                          v = random_pair(gen, v_shape, DType::BF16);
                      Pair cq = index_pair(cu_q, DType::I32), ckv = index_pair(cu_kv, DType::I32);
-                     Pair out = output_pair(q_shape, DType::BF16), lse = output_pair({tokens_q, a.heads_q}, DType::F32);
+                     Pair out = output_pair(out_shape, DType::BF16), lse = output_pair({tokens_q, a.heads_q}, DType::F32);
                      cuda::attention_forward(q.gpu, k.gpu, v.gpu, spans_of(cq, ckv, true), scale, out.gpu, lse.gpu);
                      ops::attention_forward(q.cpu, k.cpu, v.cpu, spans_of(cq, ckv, false), scale, out.cpu, lse.cpu);
                      std::vector<Check> checks{compare("out", out, kBf16Bound)};
@@ -733,23 +757,23 @@ void add_partial_attention_cases(std::vector<Case>& cases, const std::string& ba
                    }});
   cases.push_back({"attention_partial_backward[" + label + "]", shape, [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", backend);
-                     Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, kv_shape, DType::BF16),
-                          v = random_pair(gen, kv_shape, DType::BF16);
-                     Pair dout = random_pair(gen, q_shape, DType::BF16);
+                     Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, k_shape, DType::BF16),
+                          v = random_pair(gen, v_shape, DType::BF16);
+                     Pair dout = random_pair(gen, out_shape, DType::BF16);
                      Pair cq = index_pair(cu_q, DType::I32), ckv = index_pair(cu_kv, DType::I32);
                      // As in the ring, out and lse are the merged ones: this partial's
                      // from the CPU forward with lse raised by 0.5 (as if other
                      // partials held 1 - e^-0.5 of the row's mass), so a kernel that
                      // recomputed its own normaliser would fail.
-                     Tensor out_cpu = Tensor::empty(q_shape, DType::F32);
+                     Tensor out_cpu = Tensor::empty(out_shape, DType::F32);
                      Tensor lse_cpu = Tensor::empty({tokens_q, a.heads_q}, DType::F32);
                      ops::attention_forward(q.cpu, k.cpu, v.cpu, spans_of(cq, ckv, false), scale, out_cpu, lse_cpu);
                      std::vector<double> merged = lse_cpu.to_doubles();
                      for (double& l : merged) l += 0.5;
                      Pair out = pair_from_cpu(out_cpu, DType::BF16);
                      Pair lse = pair_from_cpu(Tensor::from_doubles(merged, lse_cpu.shape(), DType::F32), DType::F32);
-                     Pair dq = output_pair(q_shape, DType::BF16), dk = output_pair(kv_shape, DType::BF16),
-                          dv = output_pair(kv_shape, DType::BF16);
+                     Pair dq = output_pair(q_shape, DType::BF16), dk = output_pair(k_shape, DType::BF16),
+                          dv = output_pair(v_shape, DType::BF16);
                      cuda::attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, spans_of(cq, ckv, true),
                                               scale, dq.gpu, dk.gpu, dv.gpu);
                      ops::attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, spans_of(cq, ckv, false),
@@ -763,29 +787,36 @@ void add_partial_attention_cases(std::vector<Case>& cases, const std::string& ba
 // zigzag halves of equal length per sequence, causal on the diagonal step
 // and unmasked elsewhere; then q half or double the kv length (bottom-right
 // diagonal, so with q longer the first rows see no key), the small-head path,
-// GQA, head dims 64 and 128.
+// GQA, head dims 64 and 128, and the q/k 192, v 128 of multi-head latent
+// attention (ring attention over DeepSeek-V3 layers).
 void partial_attention_cases(std::vector<Case>& cases) {
   using ops::AttentionMask;
   struct Lens {
     std::vector<int64_t> q, kv;
     int64_t heads_q, heads_kv, head_dim;
+    int64_t head_dim_v = 0;   // 0: the q/k head dim
+    int64_t dv() const { return head_dim_v ? head_dim_v : head_dim; }
   };
   const Lens lens[] = {
       {{37, 20}, {37, 20}, 8, 2, 128},       {{64, 19, 1}, {64, 19, 1}, 4, 4, 64},
       {{128}, {128}, 16, 8, 128},            {{100, 3}, {100, 3}, 8, 1, 64},
       {{32, 20}, {64, 40}, 4, 2, 64},        {{64, 40}, {32, 20}, 4, 1, 128},
       {{70, 5}, {140, 10}, 8, 2, 128},
+      {{37, 20}, {37, 20}, 16, 16, 192, 128}, {{32, 20}, {64, 40}, 8, 2, 192, 128},
+      {{64, 40}, {32, 20}, 8, 2, 192, 128},
   };
-  const Lens small_head_lens[] = {{{13, 7}, {13, 7}, 6, 2, 12}, {{10, 4}, {5, 8}, 4, 2, 12}};
+  const Lens small_head_lens[] = {{{13, 7}, {13, 7}, 6, 2, 12}, {{10, 4}, {5, 8}, 4, 2, 12},
+                                  {{10, 4}, {5, 8}, 4, 2, 20, 12}};
   std::vector<std::string> backends = {"flash"};
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
   for (const std::string& backend : backends) {
     for (AttentionMask mask : {AttentionMask::Causal, AttentionMask::None}) {
       for (const Lens& l : lens)
-        add_partial_attention_cases(cases, backend, backend, {l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim, mask});
+        add_partial_attention_cases(cases, backend, backend,
+                                    {l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim, l.dv(), mask});
       for (const Lens& l : small_head_lens)
         add_partial_attention_cases(cases, backend, backend + "->small",
-                                    {l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim, mask});
+                                    {l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim, l.dv(), mask});
     }
   }
 }

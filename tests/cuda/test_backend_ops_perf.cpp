@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bumblebee/ops/cuda/attention_backends.h"
@@ -166,23 +167,33 @@ void perf_grouped_gemm() {
   }
 }
 
-void perf_attention(const std::string& backend) {
+// Causal attention over `batch` sequences of 4096 tokens; dim_v differs from
+// dim_qk in multi-head latent attention (DeepSeek-V3: 192 / 128).
+void perf_attention(const std::string& backend, int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v,
+                    int64_t max_batch) {
   EnvOverride env("BB_ATTENTION_BACKEND", backend);
-  const int64_t seq = 4096, heads_q = 16, heads_kv = 8, dim = 128;
-  for (int64_t batch = 1; batch <= 4; ++batch) {
+  const int64_t seq = 4096;
+  for (int64_t batch = 1; batch <= max_batch; ++batch) {
     const int64_t tokens = seq * batch;
     std::vector<int64_t> cu;
     for (int64_t s = 0; s <= batch; ++s) cu.push_back(s * seq);
     Tensor cu_seqlens = index_gpu(cu, DType::I32);
-    Tensor q = random_gpu({tokens, heads_q, dim}, DType::BF16, 3), k = random_gpu({tokens, heads_kv, dim}, DType::BF16, 4),
-           v = random_gpu({tokens, heads_kv, dim}, DType::BF16, 5), dout = random_gpu({tokens, heads_q, dim}, DType::BF16, 6);
-    Tensor out = Tensor::empty({tokens, heads_q, dim}, DType::BF16, kGpu);
+    Tensor q = random_gpu({tokens, heads_q, dim_qk}, DType::BF16, 3),
+           k = random_gpu({tokens, heads_kv, dim_qk}, DType::BF16, 4),
+           v = random_gpu({tokens, heads_kv, dim_v}, DType::BF16, 5),
+           dout = random_gpu({tokens, heads_q, dim_v}, DType::BF16, 6);
+    Tensor out = Tensor::empty({tokens, heads_q, dim_v}, DType::BF16, kGpu);
     Tensor lse = Tensor::empty({tokens, heads_q}, DType::F32, kGpu);
     Tensor dq = Tensor::empty(q.shape(), DType::BF16, kGpu), dk = Tensor::empty(k.shape(), DType::BF16, kGpu),
            dv = Tensor::empty(v.shape(), DType::BF16, kGpu);
-    const double scale = 1.0 / std::sqrt(double(dim));
-    const double fwd_flops = double(batch) * 4.0 * double(seq) * double(seq) * double(dim) * double(heads_q) / 2.0;
-    const std::string shape = fmt("seq=%lld x %lld Hq=16 Hkv=8 D=128 causal", (long long)seq, (long long)batch);
+    const double scale = 1.0 / std::sqrt(double(dim_qk));
+    // Q K^T and P V, 2 flops per multiply-add, the causal half.
+    const double fwd_flops =
+        double(batch) * 2.0 * double(seq) * double(seq) * double(dim_qk + dim_v) * double(heads_q) / 2.0;
+    const std::string dims = dim_qk == dim_v ? fmt("D=%lld", (long long)dim_qk)
+                                             : fmt("D=%lld/%lld", (long long)dim_qk, (long long)dim_v);
+    const std::string shape = fmt("seq=%lld x %lld Hq=%lld Hkv=%lld %s causal", (long long)seq, (long long)batch,
+                                  (long long)heads_q, (long long)heads_kv, dims.c_str());
     report_flops("attention_forward[" + backend + "] " + shape, median_ms([&] {
                    cuda::attention_forward(q, k, v, cu_seqlens, seq, scale, out, lse);
                  }),
@@ -281,8 +292,12 @@ int run_perf() {
   std::printf("device: %s, %d SMs\n", props.name, props.multiProcessorCount);
   perf_gemm();
   perf_grouped_gemm();
-  perf_attention("flash");
-  if (cuda::cudnn_attention_built()) perf_attention("cudnn");
+  std::vector<std::string> backends = {"flash"};
+  if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
+  for (const std::string& backend : backends) {
+    perf_attention(backend, 16, 8, 128, 128, 4);
+    perf_attention(backend, 16, 16, 192, 128, 2);
+  }
   perf_memory_bound();
   return 0;
 }

@@ -15,7 +15,8 @@
 namespace bb {
 namespace {
 
-constexpr int64_t kHeadsQ = 4, kHeadsKv = 2, kHeadDim = 3;
+// The v head dim differs from the q/k one, as in multi-head latent attention.
+constexpr int64_t kHeadsQ = 4, kHeadsKv = 2, kHeadDim = 3, kHeadDimV = 2;
 constexpr double kScale = 0.6;
 
 // Rows `order` of t, a [T, H, D] or [T, H] tensor.
@@ -51,8 +52,8 @@ RingCase make_case(dist::Communicator& cp) {
   Generator gen(7);   // the same batch on every rank
   c.q = test::random_tensor(gen, {T, kHeadsQ, kHeadDim});
   c.k = test::random_tensor(gen, {T, kHeadsKv, kHeadDim});
-  c.v = test::random_tensor(gen, {T, kHeadsKv, kHeadDim});
-  c.dout = test::random_tensor(gen, {T, kHeadsQ, kHeadDim});
+  c.v = test::random_tensor(gen, {T, kHeadsKv, kHeadDimV});
+  c.dout = test::random_tensor(gen, {T, kHeadsQ, kHeadDimV});
   return c;
 }
 
@@ -68,7 +69,7 @@ TEST(RingAttentionMpi, MatchesCausalAttentionOverTheWholeBatch) {
   RingCase c = make_case(cp);
   const int64_t T = c.q.size(0);
   const Tensor cu = Tensor::from_vector(c.cu, {int64_t(c.cu.size())});
-  Tensor out = Tensor::empty(c.q.shape(), DType::F64), lse = Tensor::empty({T, kHeadsQ}, DType::F64);
+  Tensor out = Tensor::empty({T, kHeadsQ, kHeadDimV}, DType::F64), lse = Tensor::empty({T, kHeadsQ}, DType::F64);
   ops::attention_forward(c.q, c.k, c.v, cu, 6 * 2 * c.cp, kScale, out, lse);
   Tensor dq = Tensor::empty(c.q.shape(), DType::F64), dk = Tensor::empty(c.k.shape(), DType::F64),
          dv = Tensor::empty(c.v.shape(), DType::F64);
@@ -76,7 +77,7 @@ TEST(RingAttentionMpi, MatchesCausalAttentionOverTheWholeBatch) {
 
   Tensor lq = rows_of(c.q, c.order), lk = rows_of(c.k, c.order), lv = rows_of(c.v, c.order);
   const int64_t n = lq.size(0);
-  Tensor l_out = Tensor::empty(lq.shape(), DType::F64), l_lse = Tensor::empty({n, kHeadsQ}, DType::F64);
+  Tensor l_out = Tensor::empty({n, kHeadsQ, kHeadDimV}, DType::F64), l_lse = Tensor::empty({n, kHeadsQ}, DType::F64);
   ring_attention_forward(lq, lk, lv, c.layout, kScale, cp, l_out, l_lse);
   Tensor l_dq = Tensor::empty(lq.shape(), DType::F64), l_dk = Tensor::empty(lk.shape(), DType::F64),
          l_dv = Tensor::empty(lv.shape(), DType::F64);
@@ -99,12 +100,14 @@ TEST(RingAttentionMpi, BackwardMatchesFiniteDifferences) {
   const std::vector<double> proj = l_dout.to_doubles();
   auto loss = [&] {
     Tensor lq = rows_of(c.q, c.order), lk = rows_of(c.k, c.order), lv = rows_of(c.v, c.order);
-    Tensor out = Tensor::empty(lq.shape(), DType::F64), lse = Tensor::empty({lq.size(0), kHeadsQ}, DType::F64);
+    Tensor out = Tensor::empty({lq.size(0), kHeadsQ, kHeadDimV}, DType::F64);
+    Tensor lse = Tensor::empty({lq.size(0), kHeadsQ}, DType::F64);
     ring_attention_forward(lq, lk, lv, c.layout, kScale, cp, out, lse);
     return cp.all_reduce_scalar(test::project(out, proj));
   };
   Tensor lq = rows_of(c.q, c.order), lk = rows_of(c.k, c.order), lv = rows_of(c.v, c.order);
-  Tensor out = Tensor::empty(lq.shape(), DType::F64), lse = Tensor::empty({lq.size(0), kHeadsQ}, DType::F64);
+  Tensor out = Tensor::empty({lq.size(0), kHeadsQ, kHeadDimV}, DType::F64);
+  Tensor lse = Tensor::empty({lq.size(0), kHeadsQ}, DType::F64);
   ring_attention_forward(lq, lk, lv, c.layout, kScale, cp, out, lse);
   Tensor dq = Tensor::empty(lq.shape(), DType::F64), dk = Tensor::empty(lk.shape(), DType::F64),
          dv = Tensor::empty(lv.shape(), DType::F64);

@@ -11,16 +11,21 @@
 // when the build has no cuDNN). The variable is read at every call, so one
 // process can compare both.
 //
-// Both read 16-byte vectors, so they take head dimensions that are multiples
-// of 8 up to 128 and tensors that start on a 16-byte boundary. Any other
-// shape (head dimensions 1 to 256, any bf16 alignment) goes to the plain
-// kernel of attention_small.cu, whichever backend the variable names: a
-// forced flash or cudnn applies only to the shapes it can take.
+// The v head dim may differ from the q/k one (multi-head latent attention,
+// DeepSeek-V3: 192 / 128). Both tiled backends read 16-byte vectors, so they
+// take head dims that are multiples of 8 and tensors that start on a 16-byte
+// boundary; cuDNN takes q/k and v head dims up to 128 and the pair (192, 128),
+// flash q/k head dims up to 192 with v head dims up to 128 (its tiles are
+// (64, 64), (128, 128) and (192, 128), zero-padded). A shape the chosen
+// backend cannot take goes to flash when flash can, else to the plain kernel
+// of attention_small.cu (head dims 1 to 256, any bf16 alignment): a forced
+// backend applies only to the shapes it can take. docs/cuda.md lists the pairs.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/cuda/attention_backends.h"
@@ -43,12 +48,26 @@ AttentionBackend selected_backend() {
 
 bool aligned16(const Tensor& t) { return (reinterpret_cast<uintptr_t>(t.raw()) & 15u) == 0; }
 
-// Whether flash and cuDNN can take this head dimension and these tensors.
-bool tiled_kernels_take(int64_t head_dim, std::initializer_list<const Tensor*> tensors) {
-  if (head_dim % 8 != 0 || head_dim > 128) return false;
+bool cudnn_takes(int64_t head_dim_qk, int64_t head_dim_v) {
+  return head_dim_qk % 8 == 0 && head_dim_v % 8 == 0 &&
+         ((head_dim_qk <= 128 && head_dim_v <= 128) || (head_dim_qk == 192 && head_dim_v == 128));
+}
+
+bool flash_takes(int64_t head_dim_qk, int64_t head_dim_v) {
+  return head_dim_qk % 8 == 0 && head_dim_v % 8 == 0 && head_dim_qk <= kFlashMaxHeadDimQk &&
+         head_dim_v <= kFlashMaxHeadDimV;
+}
+
+enum class Implementation { Cudnn, Flash, Small };
+
+// The implementation of one call for q [.., Dqk] and v [.., Dv] and its tensors.
+Implementation implementation_for(const Tensor& q, const Tensor& v, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors)
-    if (!aligned16(*t)) return false;
-  return true;
+    if (!aligned16(*t)) return Implementation::Small;
+  const int64_t dqk = q.size(2), dv = v.size(2);
+  if (selected_backend() == AttentionBackend::Cudnn && cudnn_takes(dqk, dv)) return Implementation::Cudnn;
+  if (flash_takes(dqk, dv)) return Implementation::Flash;
+  return Implementation::Small;
 }
 
 void check_activation(const Tensor& ref, const Tensor& t, const char* op, const char* name, const Shape& shape) {
@@ -72,17 +91,20 @@ bool check_attention(const char* op, const Tensor& q, const Tensor& k, const Ten
                      const ops::AttentionSpans& spans, const Tensor& lse) {
   BB_CHECK(q.defined() && q.device().is_cuda(), op, ": q must be a CUDA tensor, got ",
            q.defined() ? q.device().str() : std::string("an undefined tensor"));
-  BB_CHECK(q.dim() == 3, op, ": q must be [Tq, Hq, D], got ", shape_str(q.shape()));
-  BB_CHECK(k.dim() == 3, op, ": k must be [Tkv, Hkv, D], got ", shape_str(k.shape()));
-  const int64_t tokens_q = q.size(0), tokens_kv = k.size(0), heads_q = q.size(1), head_dim = q.size(2),
-                heads_kv = k.size(1);
-  check_activation(q, q, op, "q", {tokens_q, heads_q, head_dim});
-  check_activation(q, k, op, "k", {tokens_kv, heads_kv, head_dim});
-  check_activation(q, v, op, "v", {tokens_kv, heads_kv, head_dim});
+  BB_CHECK(q.dim() == 3, op, ": q must be [Tq, Hq, Dqk], got ", shape_str(q.shape()));
+  BB_CHECK(k.dim() == 3, op, ": k must be [Tkv, Hkv, Dqk], got ", shape_str(k.shape()));
+  BB_CHECK(v.defined() && v.dim() == 3, op, ": v must be [Tkv, Hkv, Dv], got ",
+           v.defined() ? shape_str(v.shape()) : std::string("an undefined tensor"));
+  const int64_t tokens_q = q.size(0), tokens_kv = k.size(0), heads_q = q.size(1), head_dim_qk = q.size(2),
+                heads_kv = k.size(1), head_dim_v = v.size(2);
+  check_activation(q, q, op, "q", {tokens_q, heads_q, head_dim_qk});
+  check_activation(q, k, op, "k", {tokens_kv, heads_kv, head_dim_qk});
+  check_activation(q, v, op, "v", {tokens_kv, heads_kv, head_dim_v});
   BB_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, op, ": ", heads_q, " query heads are not a multiple of ",
            heads_kv, " kv heads");
-  BB_CHECK(head_dim >= 1 && head_dim <= kSmallAttentionMaxHeadDim, op,
-           ": the CUDA attention supports head dimensions from 1 to ", kSmallAttentionMaxHeadDim, ", got ", head_dim);
+  for (auto [dim, name] : {std::pair{head_dim_qk, "q/k"}, {head_dim_v, "v"}})
+    BB_CHECK(dim >= 1 && dim <= kSmallAttentionMaxHeadDim, op, ": the CUDA attention supports head dims from 1 to ",
+             kSmallAttentionMaxHeadDim, ", got ", dim, " for ", name, " (q/k ", head_dim_qk, ", v ", head_dim_v, ")");
   BB_CHECK(heads_q <= 65535, op, ": ", heads_q, " query heads exceed the CUDA grid limit of 65535");
   check_offsets(op, q, spans.cu_seqlens_q, "cu_seqlens_q");
   check_offsets(op, q, spans.cu_seqlens_kv, "cu_seqlens_kv");
@@ -112,15 +134,14 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        double scale, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
   if (!check_attention(op, q, k, v, spans, lse)) return;
-  check_activation(q, out, op, "out", q.shape());
+  const Shape out_shape{q.size(0), q.size(1), v.size(2)};
+  check_activation(q, out, op, "out", out_shape);
   DeviceGuard guard(q.device().index);
-  const AttentionBackend backend = selected_backend();
-  if (!tiled_kernels_take(q.size(2), {&q, &k, &v, &out}))
-    small_head_attention_forward(q, k, v, spans, scale, out, lse);
-  else if (backend == AttentionBackend::Cudnn)
-    cudnn_attention_forward(q, k, v, spans, scale, out, lse);
-  else
-    flash_attention_forward(q, k, v, spans, scale, out, lse);
+  switch (implementation_for(q, v, {&q, &k, &v, &out})) {
+    case Implementation::Cudnn: cudnn_attention_forward(q, k, v, spans, scale, out, lse); break;
+    case Implementation::Flash: flash_attention_forward(q, k, v, spans, scale, out, lse); break;
+    case Implementation::Small: small_head_attention_forward(q, k, v, spans, scale, out, lse); break;
+  }
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -128,19 +149,20 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         Tensor& dv) {
   const char* op = "attention_backward";
   if (!check_attention(op, q, k, v, spans, lse)) return;
-  check_activation(q, dout, op, "dout", q.shape());
-  check_activation(q, out, op, "out", q.shape());
+  const Shape out_shape{q.size(0), q.size(1), v.size(2)};
+  check_activation(q, dout, op, "dout", out_shape);
+  check_activation(q, out, op, "out", out_shape);
   check_activation(q, dq, op, "dq", q.shape());
   check_activation(q, dk, op, "dk", k.shape());
   check_activation(q, dv, op, "dv", v.shape());
   DeviceGuard guard(q.device().index);
-  const AttentionBackend backend = selected_backend();
-  if (!tiled_kernels_take(q.size(2), {&dout, &q, &k, &v, &out, &dq, &dk, &dv}))
-    small_head_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
-  else if (backend == AttentionBackend::Cudnn)
-    cudnn_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
-  else
-    flash_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+  switch (implementation_for(q, v, {&dout, &q, &k, &v, &out, &dq, &dk, &dv})) {
+    case Implementation::Cudnn: cudnn_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv); break;
+    case Implementation::Flash: flash_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv); break;
+    case Implementation::Small:
+      small_head_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+      break;
+  }
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,

@@ -4,9 +4,11 @@
 //
 // attention.cpp checks every argument once and then calls one of these, so
 // they take validated tensors (bf16 q/k/v/out, fp32 lse, int32 cu_seqlens_q
-// and cu_seqlens_kv on the device). Flash and cuDNN also need a head dimension
-// that is a multiple of 8 up to 128 and tensors that start on a 16-byte
-// boundary.
+// and cu_seqlens_kv on the device). q and k have the q/k head dim, v, out and
+// dout the v head dim, which may differ (multi-head latent attention). Flash
+// and cuDNN also need head dims that are multiples of 8 (flash: q/k up to
+// kFlashMaxHeadDimQk, v up to kFlashMaxHeadDimV; cuDNN: both up to 128, or
+// the pair (192, 128)) and tensors that start on a 16-byte boundary.
 //
 // Every implementation takes the partial attention of ops.h: query sequence s
 // (rows cu_seqlens_q[s].. of q) against key/value sequence s (rows
@@ -23,6 +25,7 @@
 
 namespace bb::cuda {
 
+constexpr int64_t kFlashMaxHeadDimQk = 192, kFlashMaxHeadDimV = 128;
 void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
                              double scale, Tensor& out, Tensor& lse);
 void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -39,7 +42,7 @@ void cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
                               Tensor& dq, Tensor& dk, Tensor& dv);
 
 // attention_small.cu: one warp per row, fp32 scalar math, for any head
-// dimension from 1 to kSmallAttentionMaxHeadDim and any bf16 alignment.
+// dims (q/k and v each) from 1 to kSmallAttentionMaxHeadDim and any bf16 alignment.
 // attention.cpp sends it whatever flash and cuDNN cannot take (tiny models
 // with head dimensions like 6, 10 or 12, or unaligned views). Backward zeroes
 // dq, dk, dv of tokens past the last sequence.

@@ -9,8 +9,13 @@
 //
 // A cuDNN graph is built (heuristics, plan compilation) once per shape and
 // cached: the number of sequences, max_seqlen_q and max_seqlen_kv rounded up
-// to a multiple of 64 (so nearby packings share a plan), heads, head dim,
-// mask, scale and device.
+// to a multiple of 64 (so nearby packings share a plan), heads, the q/k and v
+// head dims, mask, scale and device.
+//
+// The v head dim may differ from the q/k one (multi-head latent attention:
+// DeepSeek-V3's 192 / 128), so q, k, v and out each get their own dims,
+// strides and ragged offsets; cuDNN 9 on Hopper runs such pairs (the
+// selection in attention.cpp sends it only the pairs docs/cuda.md lists).
 //
 // Built only when CMake found the cudnn-frontend headers and libcudnn
 // (BB_WITH_CUDNN); otherwise asking for it is an error that says so.
@@ -66,18 +71,31 @@ cudnnHandle_t handle_for_current_device() {
   return handles[dev];
 }
 
+// Token-major THD dims and strides of a [tokens, heads, dim] tensor seen as
+// [S, heads, seqlen, dim]. With ragged offsets cuDNN places each sequence by
+// its offset, so the batch stride only has to be a valid dense value.
+std::vector<int64_t> thd_dim(int64_t seqs, int64_t heads, int64_t seqlen, int64_t dim) {
+  return {seqs, heads, seqlen, dim};
+}
+std::vector<int64_t> thd_stride(int64_t heads, int64_t seqlen, int64_t dim) {
+  return {seqlen * heads * dim, dim, heads * dim, 1};
+}
+
 struct Shape4 {
-  int64_t seqs, seqlen_q, seqlen_kv, heads_q, heads_kv, dim;
+  int64_t seqs, seqlen_q, seqlen_kv, heads_q, heads_kv, dim_qk, dim_v;
   bool causal;
-  std::vector<int64_t> q_dim() const { return {seqs, heads_q, seqlen_q, dim}; }
-  std::vector<int64_t> kv_dim() const { return {seqs, heads_kv, seqlen_kv, dim}; }
-  // Token-major THD strides. With ragged offsets cuDNN places each sequence
-  // by its offset, so the batch stride only has to be a valid dense value.
-  std::vector<int64_t> q_stride() const { return {seqlen_q * heads_q * dim, dim, heads_q * dim, 1}; }
-  std::vector<int64_t> kv_stride() const { return {seqlen_kv * heads_kv * dim, dim, heads_kv * dim, 1}; }
+  // q and dq; k and dk; v and dv; out and dout.
+  std::vector<int64_t> q_dim() const { return thd_dim(seqs, heads_q, seqlen_q, dim_qk); }
+  std::vector<int64_t> k_dim() const { return thd_dim(seqs, heads_kv, seqlen_kv, dim_qk); }
+  std::vector<int64_t> v_dim() const { return thd_dim(seqs, heads_kv, seqlen_kv, dim_v); }
+  std::vector<int64_t> o_dim() const { return thd_dim(seqs, heads_q, seqlen_q, dim_v); }
+  std::vector<int64_t> q_stride() const { return thd_stride(heads_q, seqlen_q, dim_qk); }
+  std::vector<int64_t> k_stride() const { return thd_stride(heads_kv, seqlen_kv, dim_qk); }
+  std::vector<int64_t> v_stride() const { return thd_stride(heads_kv, seqlen_kv, dim_v); }
+  std::vector<int64_t> o_stride() const { return thd_stride(heads_q, seqlen_q, dim_v); }
 };
 
-using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, float>;
+using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, float>;
 
 std::mutex g_graphs_mutex;
 std::map<Key, std::shared_ptr<fe::graph::Graph>> g_graphs;
@@ -130,8 +148,8 @@ void build(fe::graph::Graph& g, cudnnHandle_t handle) {
 std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cudnnHandle_t handle) {
   auto g = new_graph();
   auto q = activation(*g, "q", kQ, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_q", kOffsetQ, s.seqs));
-  auto k = activation(*g, "k", kK, s.kv_dim(), s.kv_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
-  auto v = activation(*g, "v", kV, s.kv_dim(), s.kv_stride(), ragged_offsets(*g, "offset_v", kOffsetV, s.seqs));
+  auto k = activation(*g, "k", kK, s.k_dim(), s.k_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
+  auto v = activation(*g, "v", kV, s.v_dim(), s.v_stride(), ragged_offsets(*g, "offset_v", kOffsetV, s.seqs));
   auto options = fe::graph::SDPA_attributes()
                      .set_name("attention_forward")
                      .set_generate_stats(true)
@@ -143,8 +161,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cu
   auto [o, stats] = g->sdpa(q, k, v, options);
   o->set_output(true)
       .set_uid(kO)
-      .set_dim(s.q_dim())
-      .set_stride(s.q_stride())
+      .set_dim(s.o_dim())
+      .set_stride(s.o_stride())
       .set_ragged_offset(ragged_offsets(*g, "offset_o", kOffsetO, s.seqs));
   // lse [T, Hq] is token-major stats with ragged offsets cu * Hq.
   stats->set_output(true)
@@ -160,11 +178,11 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cu
 std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, cudnnHandle_t handle) {
   auto g = new_graph();
   auto q = activation(*g, "q", kQ, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_q", kOffsetQ, s.seqs));
-  auto k = activation(*g, "k", kK, s.kv_dim(), s.kv_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
-  auto v = activation(*g, "v", kV, s.kv_dim(), s.kv_stride(), ragged_offsets(*g, "offset_v", kOffsetV, s.seqs));
-  auto o = activation(*g, "o", kO, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_o", kOffsetO, s.seqs));
+  auto k = activation(*g, "k", kK, s.k_dim(), s.k_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
+  auto v = activation(*g, "v", kV, s.v_dim(), s.v_stride(), ragged_offsets(*g, "offset_v", kOffsetV, s.seqs));
+  auto o = activation(*g, "o", kO, s.o_dim(), s.o_stride(), ragged_offsets(*g, "offset_o", kOffsetO, s.seqs));
   auto dout =
-      activation(*g, "dout", kDO, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_dout", kOffsetDO, s.seqs));
+      activation(*g, "dout", kDO, s.o_dim(), s.o_stride(), ragged_offsets(*g, "offset_dout", kOffsetDO, s.seqs));
   auto stats = g->tensor(fe::graph::Tensor_attributes()
                              .set_name("stats")
                              .set_uid(kStats)
@@ -186,21 +204,21 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, c
       .set_ragged_offset(ragged_offsets(*g, "offset_dq", kOffsetDQ, s.seqs));
   dk->set_output(true)
       .set_uid(kDK)
-      .set_dim(s.kv_dim())
-      .set_stride(s.kv_stride())
+      .set_dim(s.k_dim())
+      .set_stride(s.k_stride())
       .set_ragged_offset(ragged_offsets(*g, "offset_dk", kOffsetDK, s.seqs));
   dv->set_output(true)
       .set_uid(kDV)
-      .set_dim(s.kv_dim())
-      .set_stride(s.kv_stride())
+      .set_dim(s.v_dim())
+      .set_stride(s.v_stride())
       .set_ragged_offset(ragged_offsets(*g, "offset_dv", kOffsetDV, s.seqs));
   build(*g, handle);
   return g;
 }
 
 std::shared_ptr<fe::graph::Graph> cached_graph(bool backward, const Shape4& s, float scale, cudnnHandle_t handle) {
-  const Key key{current_device(), backward, s.seqs, s.seqlen_q, s.seqlen_kv, s.heads_q, s.heads_kv, s.dim, s.causal,
-                scale};
+  const Key key{current_device(), backward, s.seqs, s.seqlen_q, s.seqlen_kv, s.heads_q, s.heads_kv, s.dim_qk,
+                s.dim_v, s.causal, scale};
   std::lock_guard<std::mutex> lock(g_graphs_mutex);
   auto it = g_graphs.find(key);
   if (it == g_graphs.end())
@@ -210,15 +228,16 @@ std::shared_ptr<fe::graph::Graph> cached_graph(bool backward, const Shape4& s, f
 
 int64_t bucketed(int64_t max_seqlen) { return (max_seqlen + kSeqlenBucket - 1) / kSeqlenBucket * kSeqlenBucket; }
 
-Shape4 shape_of(const Tensor& q, const Tensor& k, const ops::AttentionSpans& spans) {
+Shape4 shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans) {
   return {spans.cu_seqlens_q.numel() - 1, bucketed(spans.max_seqlen_q), bucketed(spans.max_seqlen_kv),
-          q.size(1), k.size(1), q.size(2), spans.mask == ops::AttentionMask::Causal};
+          q.size(1), k.size(1), q.size(2), v.size(2), spans.mask == ops::AttentionMask::Causal};
 }
 
 // Lengths and ragged offsets on the device: [S] int32 query and key lengths,
-// then [S + 1] int64 offsets for q-shaped tensors, kv-shaped tensors and the stats.
+// then [S + 1] int64 offsets for each tensor kind (rows of one [5, S + 1] tensor).
 struct Varlen {
-  Tensor lens_q, lens_kv, q_offsets, kv_offsets, stats_offsets;
+  Tensor lens_q, lens_kv, offsets;
+  RaggedOffsets at;   // pointers into the rows of `offsets`
 };
 
 Varlen varlen(const ops::AttentionSpans& spans, const Shape4& s, cudaStream_t stream) {
@@ -226,15 +245,15 @@ Varlen varlen(const ops::AttentionSpans& spans, const Shape4& s, cudaStream_t st
   const Device dev = spans.cu_seqlens_q.device();
   v.lens_q = Tensor::empty({s.seqs}, DType::I32, dev);
   v.lens_kv = Tensor::empty({s.seqs}, DType::I32, dev);
-  v.q_offsets = Tensor::empty({s.seqs + 1}, DType::I64, dev);
-  v.kv_offsets = Tensor::empty({s.seqs + 1}, DType::I64, dev);
-  v.stats_offsets = Tensor::empty({s.seqs + 1}, DType::I64, dev);
+  v.offsets = Tensor::empty({5, s.seqs + 1}, DType::I64, dev);
+  int64_t* row = static_cast<int64_t*>(v.offsets.raw());
+  const int64_t n = s.seqs + 1;
+  v.at = {row, row + n, row + 2 * n, row + 3 * n, row + 4 * n};
+  const RaggedStrides strides{s.heads_q * s.dim_qk, s.heads_kv * s.dim_qk, s.heads_kv * s.dim_v, s.heads_q * s.dim_v,
+                              s.heads_q};
   cudnn_varlen_metadata(static_cast<const int32_t*>(spans.cu_seqlens_q.raw()),
-                        static_cast<const int32_t*>(spans.cu_seqlens_kv.raw()), int(s.seqs), s.heads_q * s.dim,
-                        s.heads_kv * s.dim, s.heads_q, static_cast<int32_t*>(v.lens_q.raw()),
-                        static_cast<int32_t*>(v.lens_kv.raw()), static_cast<int64_t*>(v.q_offsets.raw()),
-                        static_cast<int64_t*>(v.kv_offsets.raw()), static_cast<int64_t*>(v.stats_offsets.raw()),
-                        stream);
+                        static_cast<const int32_t*>(spans.cu_seqlens_kv.raw()), int(s.seqs), strides,
+                        static_cast<int32_t*>(v.lens_q.raw()), static_cast<int32_t*>(v.lens_kv.raw()), v.at, stream);
   return v;
 }
 
@@ -252,14 +271,14 @@ bool cudnn_attention_built() { return true; }
 void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
                              double scale, Tensor& out, Tensor& lse) {
   cudnnHandle_t handle = handle_for_current_device();
-  const Shape4 s = shape_of(q, k, spans);
+  const Shape4 s = shape_of(q, k, v, spans);
   auto g = cached_graph(false, s, float(scale), handle);
   Varlen meta = varlen(spans, s, current_stream());
   std::unordered_map<int64_t, void*> pack = {
       {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kStats, lse.raw()},
       {kSeqLenQ, meta.lens_q.raw()}, {kSeqLenKV, meta.lens_kv.raw()},
-      {kOffsetQ, meta.q_offsets.raw()}, {kOffsetK, meta.kv_offsets.raw()}, {kOffsetV, meta.kv_offsets.raw()},
-      {kOffsetO, meta.q_offsets.raw()}, {kOffsetStats, meta.stats_offsets.raw()},
+      {kOffsetQ, meta.at.q}, {kOffsetK, meta.at.k}, {kOffsetV, meta.at.v},
+      {kOffsetO, meta.at.o}, {kOffsetStats, meta.at.stats},
   };
   execute(*g, handle, pack, q.device());
 }
@@ -268,7 +287,7 @@ void cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
                               const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale,
                               Tensor& dq, Tensor& dk, Tensor& dv) {
   cudnnHandle_t handle = handle_for_current_device();
-  const Shape4 s = shape_of(q, k, spans);
+  const Shape4 s = shape_of(q, k, v, spans);
   auto g = cached_graph(true, s, float(scale), handle);
   cudaStream_t stream = current_stream();
   Varlen meta = varlen(spans, s, stream);
@@ -279,9 +298,9 @@ void cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
       {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kDO, dout.raw()}, {kStats, stats.raw()},
       {kDQ, dq.raw()}, {kDK, dk.raw()}, {kDV, dv.raw()},
       {kSeqLenQ, meta.lens_q.raw()}, {kSeqLenKV, meta.lens_kv.raw()},
-      {kOffsetQ, meta.q_offsets.raw()}, {kOffsetK, meta.kv_offsets.raw()}, {kOffsetV, meta.kv_offsets.raw()},
-      {kOffsetO, meta.q_offsets.raw()}, {kOffsetDO, meta.q_offsets.raw()}, {kOffsetDQ, meta.q_offsets.raw()},
-      {kOffsetDK, meta.kv_offsets.raw()}, {kOffsetDV, meta.kv_offsets.raw()},
+      {kOffsetQ, meta.at.q}, {kOffsetK, meta.at.k}, {kOffsetV, meta.at.v},
+      {kOffsetO, meta.at.o}, {kOffsetDO, meta.at.o}, {kOffsetDQ, meta.at.q},
+      {kOffsetDK, meta.at.k}, {kOffsetDV, meta.at.v},
   };
   execute(*g, handle, pack, q.device());
 }

@@ -2,8 +2,9 @@
 // (out bfloat16 [T, H, D], lse float32 [T, H]) into the running result.
 //
 // One thread per (row, head) pair walks its D columns: the weights are two
-// exponentials per row, and D is at most 128, so the simple loop is memory bound
-// like any elementwise op.
+// exponentials per row, and D (the v head dim, which in multi-head latent
+// attention differs from the q/k one) is at most 256, so the simple loop is
+// memory bound like any elementwise op.
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
 

@@ -1,10 +1,12 @@
 // Attention for the shapes the tiled kernels (flash, cuDNN) do not take: head
-// dimensions that are not a multiple of 8 or are above 128 (up to 256), and
-// tensors that do not start on a 16-byte boundary. Tiny test models have head
+// dims that are not a multiple of 8 or pairs of q/k and v head dims beyond
+// their tiles (up to 256 each), and tensors that do not start on a 16-byte
+// boundary. Tiny test models have head
 // dimensions like 6, 10 and 12, so this path is about correctness, not speed.
 //
-// Every kernel gives one warp one row of head_dim: lane l holds columns
-// l, l + 32, ... in fp32 registers (C of them, head_dim <= 32 C), loads them
+// Every kernel gives one warp one row of a head: lane l holds columns
+// l, l + 32, ... in fp32 registers (C of them, covering the larger of the q/k
+// and v head dims, which differ in multi-head latent attention), loads them
 // as single bf16 elements (so only bf16's 2-byte alignment is needed), and a
 // dot product with another row is a warp_sum, which leaves the same value in
 // every lane. Nothing is quadratic in memory and there are no atomics:
@@ -17,6 +19,7 @@
 //            and every query that sees the key to sum dK and dV. Both read
 //            K/V of kv head h / (Hq / Hkv), so grouped-query attention never
 //            repeats K/V, and the sums run in a fixed order (deterministic).
+#include <algorithm>
 #include <type_traits>
 
 #include "bumblebee/ops/cuda/attention_backends.h"
@@ -29,24 +32,24 @@ constexpr int kWarps = 4;  // rows per block
 constexpr int kThreads = kWarps * 32;
 
 struct SmallParams {
-  const bf16* q;  // [Tq, Hq, d]
-  const bf16* k;  // [Tkv, Hkv, d]
-  const bf16* v;  // [Tkv, Hkv, d]
+  const bf16* q;  // [Tq, Hq, dqk]
+  const bf16* k;  // [Tkv, Hkv, dqk]
+  const bf16* v;  // [Tkv, Hkv, dv]
   const int* cu_seqlens_q;   // [S + 1]
   const int* cu_seqlens_kv;  // [S + 1]
   bool causal;  // query i of Lq sees keys j <= i + Lkv - Lq; else every key
-  int heads_q, heads_kv, head_dim;
+  int heads_q, heads_kv, head_dim_qk, head_dim_v;
   float scale;
   // forward
-  bf16* out;   // [Tq, Hq, d]
+  bf16* out;   // [Tq, Hq, dv]
   float* lse;  // [Tq, Hq]
   // backward
-  const bf16* dout;      // [Tq, Hq, d]
+  const bf16* dout;      // [Tq, Hq, dv]
   const float* lse_in;   // [Tq, Hq]
   const float* dsum;     // [Tq, Hq]: rowsum(dout * out)
-  bf16* dq;              // [Tq, Hq, d]
-  bf16* dk;              // [Tkv, Hkv, d]
-  bf16* dv;
+  bf16* dq;              // [Tq, Hq, dqk]
+  bf16* dk;              // [Tkv, Hkv, dqk]
+  bf16* dv;              // [Tkv, Hkv, dv]
 };
 
 // Sequence `seq`'s rows in q and in k/v.
@@ -63,6 +66,21 @@ struct SeqRange {
 __device__ __forceinline__ SeqRange seq_range(const SmallParams& p, int seq) {
   const int q_start = p.cu_seqlens_q[seq], kv_start = p.cu_seqlens_kv[seq];
   return {q_start, p.cu_seqlens_q[seq + 1] - q_start, kv_start, p.cu_seqlens_kv[seq + 1] - kv_start};
+}
+
+// Element offsets of a head's row: q/k rows hold head_dim_qk values, v/out
+// rows head_dim_v; `token` counts from the start of the tensor.
+__device__ __forceinline__ int64_t q_offset(const SmallParams& p, int64_t token, int head) {
+  return (token * p.heads_q + head) * p.head_dim_qk;
+}
+__device__ __forceinline__ int64_t o_offset(const SmallParams& p, int64_t token, int head) {
+  return (token * p.heads_q + head) * p.head_dim_v;
+}
+__device__ __forceinline__ int64_t k_offset(const SmallParams& p, int64_t token, int kv_head) {
+  return (token * p.heads_kv + kv_head) * p.head_dim_qk;
+}
+__device__ __forceinline__ int64_t v_offset(const SmallParams& p, int64_t token, int kv_head) {
+  return (token * p.heads_kv + kv_head) * p.head_dim_v;
 }
 
 // This lane's columns of a row; columns past head_dim read as 0.
@@ -103,23 +121,19 @@ __global__ void __launch_bounds__(kThreads) small_forward_kernel(const SmallPara
   if (row >= sr.len_q) return;  // the whole warp leaves together
 
   const int kv_head = head / (p.heads_q / p.heads_kv);
-  const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
-  const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
   const int64_t token = int64_t(sr.q_start) + row;
-  const bf16* k = p.k + int64_t(sr.kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
-  const bf16* v = p.v + int64_t(sr.kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
   const int key_end = sr.key_end(row, p.causal);
 
   float q[C], o[C];
-  load_row(p.q + token * q_stride + int64_t(head) * p.head_dim, p.head_dim, lane, q);
+  load_row(p.q + q_offset(p, token, head), p.head_dim_qk, lane, q);
 #pragma unroll
   for (int c = 0; c < C; ++c) o[c] = 0.f;
   float row_max = -INFINITY, row_sum = 0.f;  // of the scaled scores, natural units
 
   for (int key = 0; key < key_end; ++key) {
     float kr[C], vr[C];
-    load_row(k + int64_t(key) * kv_stride, p.head_dim, lane, kr);
-    load_row(v + int64_t(key) * kv_stride, p.head_dim, lane, vr);
+    load_row(p.k + k_offset(p, int64_t(sr.kv_start) + key, kv_head), p.head_dim_qk, lane, kr);
+    load_row(p.v + v_offset(p, int64_t(sr.kv_start) + key, kv_head), p.head_dim_v, lane, vr);
     const float s = warp_dot(q, kr) * p.scale;
     const float m_new = fmaxf(row_max, s);
     // While every score so far is -inf, subtracting 0 keeps exp at 0, not NaN.
@@ -133,11 +147,11 @@ __global__ void __launch_bounds__(kThreads) small_forward_kernel(const SmallPara
   }
 
   const float inv = row_sum > 0.f ? 1.f / row_sum : 0.f;
-  store_row(p.out + token * q_stride + int64_t(head) * p.head_dim, p.head_dim, lane, o, inv);
+  store_row(p.out + o_offset(p, token, head), p.head_dim_v, lane, o, inv);
   if (lane == 0) p.lse[token * p.heads_q + head] = row_sum > 0.f ? row_max + logf(row_sum) : -INFINITY;
 }
 
-// dsum[r] = sum_d dout[r, d] * out[r, d] over the rows r of [T * Hq, d]; a warp
+// dsum[r] = sum_d dout[r, d] * out[r, d] over the rows r of [T * Hq, dv]; a warp
 // per row, grid-stride.
 __global__ void small_dsum_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout, int64_t rows,
                                   int head_dim, float* __restrict__ dsum) {
@@ -163,16 +177,11 @@ __global__ void __launch_bounds__(kThreads) small_dq_kernel(const SmallParams p)
   if (row >= sr.len_q) return;
 
   const int kv_head = head / (p.heads_q / p.heads_kv);
-  const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
-  const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
   const int64_t token = int64_t(sr.q_start) + row;
-  const int64_t q_offset = token * q_stride + int64_t(head) * p.head_dim;
-  const bf16* k = p.k + int64_t(sr.kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
-  const bf16* v = p.v + int64_t(sr.kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
 
   float q[C], dout[C], dq[C];
-  load_row(p.q + q_offset, p.head_dim, lane, q);
-  load_row(p.dout + q_offset, p.head_dim, lane, dout);
+  load_row(p.q + q_offset(p, token, head), p.head_dim_qk, lane, q);
+  load_row(p.dout + o_offset(p, token, head), p.head_dim_v, lane, dout);
 #pragma unroll
   for (int c = 0; c < C; ++c) dq[c] = 0.f;
   const float lse = p.lse_in[token * p.heads_q + head];
@@ -181,14 +190,14 @@ __global__ void __launch_bounds__(kThreads) small_dq_kernel(const SmallParams p)
 
   for (int key = 0; key < key_end; ++key) {
     float kr[C], vr[C];
-    load_row(k + int64_t(key) * kv_stride, p.head_dim, lane, kr);
-    load_row(v + int64_t(key) * kv_stride, p.head_dim, lane, vr);
+    load_row(p.k + k_offset(p, int64_t(sr.kv_start) + key, kv_head), p.head_dim_qk, lane, kr);
+    load_row(p.v + v_offset(p, int64_t(sr.kv_start) + key, kv_head), p.head_dim_v, lane, vr);
     const float prob = expf(warp_dot(q, kr) * p.scale - lse);
     const float ds = prob * (warp_dot(dout, vr) - dsum);
 #pragma unroll
     for (int c = 0; c < C; ++c) dq[c] = fmaf(ds, kr[c], dq[c]);
   }
-  store_row(p.dq + q_offset, p.head_dim, lane, dq, p.scale);
+  store_row(p.dq + q_offset(p, token, head), p.head_dim_qk, lane, dq, p.scale);
 }
 
 // dK, dV: warp per (key row of sequence blockIdx.z, kv head blockIdx.y), over
@@ -202,13 +211,11 @@ __global__ void __launch_bounds__(kThreads) small_dkdv_kernel(const SmallParams 
   if (row >= sr.len_kv) return;
 
   const int group = p.heads_q / p.heads_kv;
-  const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
-  const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
-  const int64_t kv_offset = (int64_t(sr.kv_start) + row) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const int64_t key_token = int64_t(sr.kv_start) + row;
 
   float kr[C], vr[C], dk[C], dv[C];
-  load_row(p.k + kv_offset, p.head_dim, lane, kr);
-  load_row(p.v + kv_offset, p.head_dim, lane, vr);
+  load_row(p.k + k_offset(p, key_token, kv_head), p.head_dim_qk, lane, kr);
+  load_row(p.v + v_offset(p, key_token, kv_head), p.head_dim_v, lane, vr);
 #pragma unroll
   for (int c = 0; c < C; ++c) dk[c] = dv[c] = 0.f;
 
@@ -217,10 +224,9 @@ __global__ void __launch_bounds__(kThreads) small_dkdv_kernel(const SmallParams 
       const int64_t token = int64_t(sr.q_start) + query;
       const float lse = p.lse_in[token * p.heads_q + head];
       if (lse == -INFINITY) continue;  // a row that sees no key (the whole warp skips it)
-      const int64_t q_offset = token * q_stride + int64_t(head) * p.head_dim;
       float q[C], dout[C];
-      load_row(p.q + q_offset, p.head_dim, lane, q);
-      load_row(p.dout + q_offset, p.head_dim, lane, dout);
+      load_row(p.q + q_offset(p, token, head), p.head_dim_qk, lane, q);
+      load_row(p.dout + o_offset(p, token, head), p.head_dim_v, lane, dout);
       const float prob = expf(warp_dot(q, kr) * p.scale - lse);
       const float ds = prob * (warp_dot(dout, vr) - p.dsum[token * p.heads_q + head]);
 #pragma unroll
@@ -230,8 +236,8 @@ __global__ void __launch_bounds__(kThreads) small_dkdv_kernel(const SmallParams 
       }
     }
   }
-  store_row(p.dk + kv_offset, p.head_dim, lane, dk, p.scale);
-  store_row(p.dv + kv_offset, p.head_dim, lane, dv, 1.f);
+  store_row(p.dk + k_offset(p, key_token, kv_head), p.head_dim_qk, lane, dk, p.scale);
+  store_row(p.dv + v_offset(p, key_token, kv_head), p.head_dim_v, lane, dv, 1.f);
 }
 
 SmallParams params_of(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
@@ -245,10 +251,14 @@ SmallParams params_of(const Tensor& q, const Tensor& k, const Tensor& v, const o
   p.causal = spans.mask == ops::AttentionMask::Causal;
   p.heads_q = int(q.size(1));
   p.heads_kv = int(k.size(1));
-  p.head_dim = int(q.size(2));
+  p.head_dim_qk = int(q.size(2));
+  p.head_dim_v = int(v.size(2));
   p.scale = float(scale);
   return p;
 }
+
+// The columns a lane must hold: the wider of the two row kinds.
+int widest_head_dim(const SmallParams& p) { return std::max(p.head_dim_qk, p.head_dim_v); }
 
 static_assert(kSmallAttentionMaxHeadDim == 32 * 8, "8 columns per lane cover the largest head dimension");
 
@@ -272,11 +282,11 @@ void small_head_attention_forward(const Tensor& q, const Tensor& k, const Tensor
   SmallParams p = params_of(q, k, v, spans, scale);
   p.out = static_cast<bf16*>(out.raw());
   p.lse = static_cast<float*>(lse.raw());
-  BB_CHECK(p.head_dim <= kSmallAttentionMaxHeadDim, "small_head_attention_forward: head dimension ", p.head_dim,
-           " is above ", kSmallAttentionMaxHeadDim);
+  BB_CHECK(widest_head_dim(p) <= kSmallAttentionMaxHeadDim, "small_head_attention_forward: head dims qk ",
+           p.head_dim_qk, " / v ", p.head_dim_v, " exceed ", kSmallAttentionMaxHeadDim);
   cudaStream_t stream = current_stream();
   const dim3 grid = row_grid(spans.max_seqlen_q, p.heads_q, spans.cu_seqlens_q);
-  dispatch_columns(p.head_dim, [&](auto columns) {
+  dispatch_columns(widest_head_dim(p), [&](auto columns) {
     small_forward_kernel<decltype(columns)::value><<<grid, kThreads, 0, stream>>>(p);
   });
   CUDA_CHECK_LAUNCH("small_head_attention_forward");
@@ -286,8 +296,8 @@ void small_head_attention_backward(const Tensor& dout, const Tensor& q, const Te
                                    const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans,
                                    double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
   SmallParams p = params_of(q, k, v, spans, scale);
-  BB_CHECK(p.head_dim <= kSmallAttentionMaxHeadDim, "small_head_attention_backward: head dimension ", p.head_dim,
-           " is above ", kSmallAttentionMaxHeadDim);
+  BB_CHECK(widest_head_dim(p) <= kSmallAttentionMaxHeadDim, "small_head_attention_backward: head dims qk ",
+           p.head_dim_qk, " / v ", p.head_dim_v, " exceed ", kSmallAttentionMaxHeadDim);
   const int64_t tokens = q.size(0);
   cudaStream_t stream = current_stream();
 
@@ -299,7 +309,7 @@ void small_head_attention_backward(const Tensor& dout, const Tensor& q, const Te
   Tensor dsum = Tensor::empty({tokens, int64_t(p.heads_q)}, DType::F32, q.device());
   const int64_t rows = tokens * p.heads_q;
   small_dsum_kernel<<<grid_for(rows, kWarps), kThreads, 0, stream>>>(
-      static_cast<const bf16*>(out.raw()), static_cast<const bf16*>(dout.raw()), rows, p.head_dim,
+      static_cast<const bf16*>(out.raw()), static_cast<const bf16*>(dout.raw()), rows, p.head_dim_v,
       static_cast<float*>(dsum.raw()));
   CUDA_CHECK_LAUNCH("small_head_attention_backward (dsum)");
 
@@ -309,7 +319,7 @@ void small_head_attention_backward(const Tensor& dout, const Tensor& q, const Te
   p.dq = static_cast<bf16*>(dq.raw());
   p.dk = static_cast<bf16*>(dk.raw());
   p.dv = static_cast<bf16*>(dv.raw());
-  dispatch_columns(p.head_dim, [&](auto columns) {
+  dispatch_columns(widest_head_dim(p), [&](auto columns) {
     constexpr int C = decltype(columns)::value;
     small_dq_kernel<C><<<row_grid(spans.max_seqlen_q, p.heads_q, spans.cu_seqlens_q), kThreads, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH("small_head_attention_backward (dq)");

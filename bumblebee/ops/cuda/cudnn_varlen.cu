@@ -9,18 +9,19 @@ namespace bb::cuda {
 namespace {
 
 __global__ void varlen_metadata_kernel(const int32_t* __restrict__ cu_q, const int32_t* __restrict__ cu_kv,
-                                       int num_seqs, int64_t q_stride, int64_t kv_stride, int64_t stats_stride,
-                                       int32_t* __restrict__ seq_lens_q, int32_t* __restrict__ seq_lens_kv,
-                                       int64_t* __restrict__ q_offsets, int64_t* __restrict__ kv_offsets,
-                                       int64_t* __restrict__ stats_offsets) {
+                                       int num_seqs, RaggedStrides strides, int32_t* __restrict__ seq_lens_q,
+                                       int32_t* __restrict__ seq_lens_kv, RaggedOffsets offsets) {
   for (int b = blockIdx.x * blockDim.x + threadIdx.x; b <= num_seqs; b += gridDim.x * blockDim.x) {
     if (b < num_seqs) {
       seq_lens_q[b] = cu_q[b + 1] - cu_q[b];
       seq_lens_kv[b] = cu_kv[b + 1] - cu_kv[b];
     }
-    q_offsets[b] = int64_t(cu_q[b]) * q_stride;
-    kv_offsets[b] = int64_t(cu_kv[b]) * kv_stride;
-    stats_offsets[b] = int64_t(cu_q[b]) * stats_stride;
+    const int64_t q = cu_q[b], kv = cu_kv[b];
+    offsets.q[b] = q * strides.q;
+    offsets.k[b] = kv * strides.k;
+    offsets.v[b] = kv * strides.v;
+    offsets.o[b] = q * strides.o;
+    offsets.stats[b] = q * strides.stats;
   }
 }
 
@@ -39,12 +40,10 @@ __global__ void padded_stats_kernel(const float* __restrict__ lse, const int32_t
 }  // namespace
 
 void cudnn_varlen_metadata(const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_kv, int num_seqs,
-                           int64_t q_stride, int64_t kv_stride, int64_t stats_stride, int32_t* seq_lens_q,
-                           int32_t* seq_lens_kv, int64_t* q_offsets, int64_t* kv_offsets, int64_t* stats_offsets,
-                           cudaStream_t stream) {
-  varlen_metadata_kernel<<<grid_for(num_seqs + 1, 256), 256, 0, stream>>>(
-      cu_seqlens_q, cu_seqlens_kv, num_seqs, q_stride, kv_stride, stats_stride, seq_lens_q, seq_lens_kv, q_offsets,
-      kv_offsets, stats_offsets);
+                           const RaggedStrides& strides, int32_t* seq_lens_q, int32_t* seq_lens_kv,
+                           const RaggedOffsets& offsets, cudaStream_t stream) {
+  varlen_metadata_kernel<<<grid_for(num_seqs + 1, 256), 256, 0, stream>>>(cu_seqlens_q, cu_seqlens_kv, num_seqs,
+                                                                          strides, seq_lens_q, seq_lens_kv, offsets);
   CUDA_CHECK_LAUNCH("cudnn attention (ragged offsets)");
 }
 

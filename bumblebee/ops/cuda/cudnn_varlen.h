@@ -9,14 +9,25 @@
 
 namespace bb::cuda {
 
+// Elements between consecutive tokens of each ragged tensor: q and dq
+// (Hq * Dqk), k and dk (Hkv * Dqk), v and dv (Hkv * Dv), out and dout
+// (Hq * Dv), the stats (Hq). The q/k and v head dims differ in multi-head
+// latent attention, so every tensor kind has its own offsets.
+struct RaggedStrides {
+  int64_t q, k, v, o, stats;
+};
+
+// Element offsets of sequence b (b <= num_seqs) in each ragged tensor, each
+// array [num_seqs + 1]: q, o and stats from cu_seqlens_q, k and v from cu_seqlens_kv.
+struct RaggedOffsets {
+  int64_t *q, *k, *v, *o, *stats;
+};
+
 // seq_lens_q[b] = cu_q[b+1] - cu_q[b] and seq_lens_kv[b] likewise from cu_kv
-// (b < num_seqs); *_offsets[b] = cu[b] * stride, the element offset of
-// sequence b (b <= num_seqs) in a tensor whose tokens are `stride` elements
-// apart: q_offsets and stats_offsets from cu_q, kv_offsets from cu_kv.
+// (b < num_seqs); offsets.X[b] = cu[b] * strides.X.
 void cudnn_varlen_metadata(const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_kv, int num_seqs,
-                           int64_t q_stride, int64_t kv_stride, int64_t stats_stride, int32_t* seq_lens_q,
-                           int32_t* seq_lens_kv, int64_t* q_offsets, int64_t* kv_offsets, int64_t* stats_offsets,
-                           cudaStream_t stream);
+                           const RaggedStrides& strides, int32_t* seq_lens_q, int32_t* seq_lens_kv,
+                           const RaggedOffsets& offsets, cudaStream_t stream);
 
 // stats [num_seqs, heads, max_seqlen] (zero past each sequence's end) from
 // lse [Tq, heads] and the query offsets cu_seqlens: the padded layout cuDNN's

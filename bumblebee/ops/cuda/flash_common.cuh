@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace bb::cuda::flash {
 
@@ -31,28 +32,30 @@ constexpr float kLn2 = 0.6931471805599453f;
 template <int D>
 constexpr int smem_stride() { return D + 8; }
 
+// dqk is the q/k head dim, dv the v / out head dim (they differ in
+// multi-head latent attention).
 struct Params {
-  const bf16* q;   // [Tq, Hq, d]
-  const bf16* k;   // [Tkv, Hkv, d]
-  const bf16* v;   // [Tkv, Hkv, d]
+  const bf16* q;   // [Tq, Hq, dqk]
+  const bf16* k;   // [Tkv, Hkv, dqk]
+  const bf16* v;   // [Tkv, Hkv, dv]
   const int* cu_seqlens_q;   // [S + 1]
   const int* cu_seqlens_kv;  // [S + 1]
   // Causal with the diagonal bottom-right: query i of a sequence with Lq
   // queries and Lkv keys sees keys j <= i + Lkv - Lq. Else every key.
   bool causal;
-  int heads_q, heads_kv, head_dim;
+  int heads_q, heads_kv, head_dim_qk, head_dim_v;
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e): scores go through exp2
   // forward
-  bf16* out;   // [Tq, Hq, d]
+  bf16* out;   // [Tq, Hq, dv]
   float* lse;  // [Tq, Hq]
   // backward
-  const bf16* dout;   // [Tq, Hq, d]
+  const bf16* dout;   // [Tq, Hq, dv]
   const float* lse_in;
   const float* dsum;  // [Tq, Hq]: rowsum(dout * out)
-  float* dq_accum;    // [Tq, Hq, d], fp32, zeroed
-  bf16* dk;           // [Tkv, Hkv, d]
-  bf16* dv;
+  float* dq_accum;    // [Tq, Hq, dqk], fp32, zeroed
+  bf16* dk;           // [Tkv, Hkv, dqk]
+  bf16* dv;           // [Tkv, Hkv, dv]
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -124,7 +127,7 @@ __device__ __forceinline__ void c_to_a(const float (&c)[2 * K][4], uint32_t (&a)
 }
 
 // Loads rows [row0, row0 + ROWS) of a [rows, stride] bf16 matrix (columns
-// [0, head_dim) of each row) into a ROWS x D shared tile; rows at or past
+// [0, head_dim) of each row, head_dim <= D) into a ROWS x D shared tile; rows at or past
 // `valid_rows` and columns past head_dim are zero-filled, so padding never
 // contributes to a product (and never brings in NaN from outside the tensor).
 template <int ROWS, int D>
@@ -138,6 +141,18 @@ __device__ __forceinline__ void load_tile(bf16* smem, const bf16* gmem, int64_t 
     const bf16* src = valid ? gmem + int64_t(row0 + r) * row_stride + col : gmem;
     cp_async_16(smem + r * S + col, src, valid);
   }
+}
+
+
+// Calls f(std::integral_constant<int, DQK>{}, std::integral_constant<int, DV>{})
+// with the tile head dims (64, 64), (128, 128) or (192, 128) that hold
+// head_dim_qk and head_dim_v (the caller checks they fit 192 and 128); the
+// columns past the real head dims are zero-filled in shared memory.
+template <typename F>
+void dispatch_head_dims(int head_dim_qk, int head_dim_v, F&& f) {
+  if (head_dim_qk <= 64 && head_dim_v <= 64) f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
+  else if (head_dim_qk <= 128) f(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{});
+  else f(std::integral_constant<int, 192>{}, std::integral_constant<int, 128>{});
 }
 
 }  // namespace bb::cuda::flash

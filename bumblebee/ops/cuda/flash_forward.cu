@@ -12,8 +12,12 @@
 // accumulators. The block reads kv head h / (Hq / Hkv), so grouped-query
 // attention never materialises repeated K/V.
 //
-// The head dimension is padded to 64 or 128 in shared memory (zero-filled),
-// so any multiple of 8 up to 128 works; lse is written in natural log units.
+// The kernel is templated on the tile head dims (DQK for Q and K, DV for V
+// and O): (64, 64), (128, 128) and (192, 128), the last for multi-head latent
+// attention (DeepSeek-V3: q/k 192 = nope 128 + rope 64, v 128). The real head
+// dims are padded to the tile's in shared memory (zero-filled), so any
+// multiple of 8 up to 192 (q/k) and 128 (v) works; lse is written in natural
+// log units.
 #include "bumblebee/ops/cuda/attention_backends.h"
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/flash_common.cuh"
@@ -25,22 +29,25 @@ namespace {
 constexpr int kBlockM = 64;  // query rows per block
 constexpr int kBlockN = 64;  // key rows per tile
 
-template <int D>
+template <int DQK, int DV>
 constexpr size_t forward_smem_bytes() {
-  return size_t(kBlockM + 4 * kBlockN) * smem_stride<D>() * sizeof(bf16);  // Q, 2 x K, 2 x V
+  return (size_t(kBlockM + 2 * kBlockN) * smem_stride<DQK>()     // Q, 2 x K
+          + size_t(2 * kBlockN) * smem_stride<DV>())             // 2 x V
+         * sizeof(bf16);
 }
 
-template <int D>
+template <int DQK, int DV>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p) {
-  constexpr int S = smem_stride<D>();
-  constexpr int kDBlocks = D / 8;    // 8-column blocks of the output
-  constexpr int kDSteps = D / 16;    // 16-deep k-steps of Q K^T
+  constexpr int SQK = smem_stride<DQK>();   // row stride of the Q and K tiles
+  constexpr int SV = smem_stride<DV>();     // row stride of the V tiles
+  constexpr int kDBlocks = DV / 8;    // 8-column blocks of the output
+  constexpr int kDSteps = DQK / 16;   // 16-deep k-steps of Q K^T
   constexpr int kNBlocks = kBlockN / 8;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sK = sQ + kBlockM * S;         // two buffers of kBlockN * S
-  bf16* sV = sK + 2 * kBlockN * S;     // two buffers
+  bf16* sK = sQ + kBlockM * SQK;       // two buffers of kBlockN * SQK
+  bf16* sV = sK + 2 * kBlockN * SQK;   // two buffers of kBlockN * SV
 
   // Heavier blocks (later query rows see more keys) are scheduled first.
   const int m_block = gridDim.x - 1 - blockIdx.x;
@@ -54,20 +61,22 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int kv_head = head / (p.heads_q / p.heads_kv);
-  const int64_t q_stride = int64_t(p.heads_q) * p.head_dim;
-  const int64_t kv_stride = int64_t(p.heads_kv) * p.head_dim;
-  const bf16* q = p.q + int64_t(q_start) * q_stride + int64_t(head) * p.head_dim;
-  const bf16* k = p.k + int64_t(kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
-  const bf16* v = p.v + int64_t(kv_start) * kv_stride + int64_t(kv_head) * p.head_dim;
+  const int64_t q_stride = int64_t(p.heads_q) * p.head_dim_qk;
+  const int64_t k_stride = int64_t(p.heads_kv) * p.head_dim_qk;
+  const int64_t v_stride = int64_t(p.heads_kv) * p.head_dim_v;
+  const int64_t o_stride = int64_t(p.heads_q) * p.head_dim_v;
+  const bf16* q = p.q + int64_t(q_start) * q_stride + int64_t(head) * p.head_dim_qk;
+  const bf16* k = p.k + int64_t(kv_start) * k_stride + int64_t(kv_head) * p.head_dim_qk;
+  const bf16* v = p.v + int64_t(kv_start) * v_stride + int64_t(kv_head) * p.head_dim_v;
 
   // Causal: keys up to the diagonal of the block's last query row (none when
   // even that row precedes the first key).
   const int kv_end = p.causal ? max(0, min(len_kv, min(len_q, m0 + kBlockM) + shift)) : len_kv;
   const int n_tiles = (kv_end + kBlockN - 1) / kBlockN;
 
-  load_tile<kBlockM, D>(sQ, q, q_stride, m0, len_q, p.head_dim);
-  load_tile<kBlockN, D>(sK, k, kv_stride, 0, len_kv, p.head_dim);
-  load_tile<kBlockN, D>(sV, v, kv_stride, 0, len_kv, p.head_dim);
+  load_tile<kBlockM, DQK>(sQ, q, q_stride, m0, len_q, p.head_dim_qk);
+  load_tile<kBlockN, DQK>(sK, k, k_stride, 0, len_kv, p.head_dim_qk);
+  load_tile<kBlockN, DV>(sV, v, v_stride, 0, len_kv, p.head_dim_v);
   cp_async_commit();
 
   uint32_t qf[kDSteps][4];
@@ -81,8 +90,10 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int buf = tile & 1;
     if (tile + 1 < n_tiles) {
-      load_tile<kBlockN, D>(sK + (buf ^ 1) * kBlockN * S, k, kv_stride, (tile + 1) * kBlockN, len_kv, p.head_dim);
-      load_tile<kBlockN, D>(sV + (buf ^ 1) * kBlockN * S, v, kv_stride, (tile + 1) * kBlockN, len_kv, p.head_dim);
+      load_tile<kBlockN, DQK>(sK + (buf ^ 1) * kBlockN * SQK, k, k_stride, (tile + 1) * kBlockN, len_kv,
+                              p.head_dim_qk);
+      load_tile<kBlockN, DV>(sV + (buf ^ 1) * kBlockN * SV, v, v_stride, (tile + 1) * kBlockN, len_kv,
+                             p.head_dim_v);
     }
     cp_async_commit();
     cp_async_wait<1>();  // everything but the tile just requested has landed
@@ -93,12 +104,12 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
       for (int ks = 0; ks < kDSteps; ++ks) {
         const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         const int c = ks * 16 + (lane >> 4) * 8;
-        ldmatrix_x4(qf[ks], sQ + r * S + c);
+        ldmatrix_x4(qf[ks], sQ + r * SQK + c);
       }
     }
 
     // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
-    const bf16* kt = sK + buf * kBlockN * S;
+    const bf16* kt = sK + buf * kBlockN * SQK;
     float s[kNBlocks][4];
 #pragma unroll
     for (int i = 0; i < kNBlocks; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
@@ -109,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
         uint32_t b[4];
         const int r = nb2 * 16 + (lane & 7) + (lane >> 4) * 8;
         const int c = ks * 16 + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4(b, kt + r * S + c);
+        ldmatrix_x4(b, kt + r * SQK + c);
         mma_16816(s[2 * nb2], qf[ks], b[0], b[1]);
         mma_16816(s[2 * nb2 + 1], qf[ks], b[2], b[3]);
       }
@@ -160,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
     // O += P V, P from the S accumulators, V through ldmatrix.trans.
     uint32_t pa[kBlockN / 16][4];
     c_to_a<kBlockN / 16>(s, pa);
-    const bf16* vt = sV + buf * kBlockN * S;
+    const bf16* vt = sV + buf * kBlockN * SV;
 #pragma unroll
     for (int db2 = 0; db2 < kDBlocks / 2; ++db2) {
 #pragma unroll
@@ -168,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
         uint32_t b[4];
         const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         const int c = db2 * 16 + (lane >> 4) * 8;
-        ldmatrix_x4_trans(b, vt + r * S + c);
+        ldmatrix_x4_trans(b, vt + r * SV + c);
         mma_16816(o[2 * db2], pa[kk], b[0], b[1]);
         mma_16816(o[2 * db2 + 1], pa[kk], b[2], b[3]);
       }
@@ -186,11 +197,11 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     const int row = qrow[r];
     if (row < len_q) {
-      bf16* out = p.out + (int64_t(q_start) + row) * q_stride + int64_t(head) * p.head_dim;
+      bf16* out = p.out + (int64_t(q_start) + row) * o_stride + int64_t(head) * p.head_dim_v;
 #pragma unroll
       for (int db = 0; db < kDBlocks; ++db) {
         const int col = db * 8 + 2 * t;
-        if (col < p.head_dim)
+        if (col < p.head_dim_v)
           *reinterpret_cast<uint32_t*>(out + col) = pack_bf16(o[db][2 * r] * inv, o[db][2 * r + 1] * inv);
       }
       if (t == 0) {
@@ -201,12 +212,13 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const Params p)
   }
 }
 
-template <int D>
+template <int DQK, int DV>
 void launch_forward(const Params& p, int max_seqlen, int num_seqs, cudaStream_t stream) {
-  const size_t smem = forward_smem_bytes<D>();
-  CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const size_t smem = forward_smem_bytes<DQK, DV>();
+  CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<DQK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(smem)));
   dim3 grid(unsigned((max_seqlen + kBlockM - 1) / kBlockM), unsigned(p.heads_q), unsigned(num_seqs));
-  flash_forward_kernel<D><<<grid, kThreads, smem, stream>>>(p);
+  flash_forward_kernel<DQK, DV><<<grid, kThreads, smem, stream>>>(p);
   CUDA_CHECK_LAUNCH("flash_attention_forward");
 }
 
@@ -224,7 +236,8 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   p.causal = spans.mask == ops::AttentionMask::Causal;
   p.heads_q = int(q.size(1));
   p.heads_kv = int(k.size(1));
-  p.head_dim = int(q.size(2));
+  p.head_dim_qk = int(q.size(2));
+  p.head_dim_v = int(v.size(2));
   p.scale = float(scale);
   p.scale_log2 = float(scale) * flash::kLog2e;
   p.out = static_cast<bf16*>(out.raw());
@@ -232,8 +245,12 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   const int num_seqs = int(spans.cu_seqlens_q.numel() - 1);
   const int max_seqlen_q = int(spans.max_seqlen_q);
   cudaStream_t stream = current_stream();
-  if (p.head_dim <= 64) flash::launch_forward<64>(p, max_seqlen_q, num_seqs, stream);
-  else flash::launch_forward<128>(p, max_seqlen_q, num_seqs, stream);
+  BB_CHECK(p.head_dim_qk <= kFlashMaxHeadDimQk && p.head_dim_v <= kFlashMaxHeadDimV,
+           "flash_attention_forward: head dims q/k ", p.head_dim_qk, " and v ", p.head_dim_v, " exceed its tiles (",
+           kFlashMaxHeadDimQk, ", ", kFlashMaxHeadDimV, ")");
+  flash::dispatch_head_dims(p.head_dim_qk, p.head_dim_v, [&](auto dqk, auto dv) {
+    flash::launch_forward<decltype(dqk)::value, decltype(dv)::value>(p, max_seqlen_q, num_seqs, stream);
+  });
 }
 
 }  // namespace bb::cuda

@@ -68,7 +68,7 @@ void ring_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, c
   check_layout(q, k, layout, cp);
   const int me = cp.rank(), n = cp.size();
   std::vector<Tensor> kv{k, v};
-  Tensor part_out = Tensor::empty(half_of(q, Half::A).shape(), out.dtype(), out.device());
+  Tensor part_out = Tensor::empty(half_of(out, Half::A).shape(), out.dtype(), out.device());   // [T/2, H, Dv]
   Tensor part_lse = Tensor::empty(half_of(lse, Half::A).shape(), lse.dtype(), lse.device());
   for (int step = 0; step < n; ++step) {
     std::vector<Tensor> next;
