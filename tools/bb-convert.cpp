@@ -87,6 +87,17 @@ uint64_t folder_bytes(const std::string& dir) {
   return n;
 }
 
+// backend.dtype of the parameters a training checkpoint's model/ holds.
+std::string saved_param_dtype(const std::string& model_dir) {
+  const HFCheckpoint ck = HFCheckpoint::open(model_dir);
+  BB_CHECK(!ck.names().empty(), "bb-convert reshard: ", model_dir, " holds no tensors");
+  switch (ck.dtype(ck.names().front())) {
+    case DType::F64: return "float64";
+    case DType::BF16: return "bfloat16";
+    default: return "float32";
+  }
+}
+
 int run(int argc, char** argv) {
   const ConfigSchema schema = convert_schema();
   if (asks_for_help(argc, argv)) {
@@ -123,6 +134,9 @@ int run(int argc, char** argv) {
     check_output_dir(out, "trainer_state.json", "a training checkpoint");
     cfg.hf_path = in + "/model";
     cfg.backend_cfg.load_hf_weights = false;
+    // The parameters keep the dtype they were saved in (float64 state stays
+    // float64) unless backend.dtype says otherwise.
+    if (!args.has("backend.dtype")) cfg.backend_cfg.dtype = saved_param_dtype(cfg.hf_path);
     auto rt = create_runtime(cfg);
     progress.on = rt->parallel_state().world_rank() == 0;
     ModelHandle h = rt->build_model();

@@ -309,7 +309,8 @@ std::vector<Row> rows() {
        "in={tmp}/adir is not a training checkpoint (no trainer_state.json)"},
       // Training checkpoints that do not fit the model, or lack what they must hold.
       {"resume_other_model", "bb-correctness",
-       "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/llama3_gqa tokens={fx}/tokens.json steps=1 "
+       "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/llama3_gqa tokens=" + std::string(BB_SOURCE_DIR) +
+           "/tests/fixtures/llama3_gqa/tokens.json steps=1 "
        "resume_from={tmp}/ck_good", 1, "holds a model with another config than the one built: "},
       {"resume_incompatible_config", "bb-correctness",
        kCorrectness + "steps=1 resume_from={tmp}/ck_good 'backend.model_overrides={\"rms_norm_eps\": 1e-5}'", 1,
