@@ -94,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(
         Reshard{"dp2_to_dp4", "dense", {2, ""}, {4, ""}},
         Reshard{"tp2_vpp2_to_dp2", "dense", {4, "backend.parallel.tp=2 " + kVirtualPipeline}, {2, ""}},
         Reshard{"ep2_to_ep1", "moe", {2, "backend.parallel.ep=2"}, {1, ""}},
-        Reshard{"ep2_to_tp2_ep4", "moe", {2, "backend.parallel.ep=2"}, {4, "backend.parallel.tp=2 backend.parallel.ep=4"}}),
+        Reshard{"ep2_to_tp2_ep4", "moe", {2, "backend.parallel.ep=2"}, {4, "backend.parallel.tp=2 backend.parallel.ep=4 backend.parallel.etp=1"}}),
     [](const ::testing::TestParamInfo<Reshard>& info) { return info.param.name; });
 
 // bb-convert reshard: a checkpoint saved at tp 2 x dp 2, rewritten at dp 4,
