@@ -2,7 +2,7 @@
 //
 //   bb-convert hf_to_bb in=HF_DIR out=DIR [backend.parallel.*=N ...]   an HF model as a training checkpoint
 //   bb-convert bb_to_hf in=DIR out=HF_DIR [dtype=bf16|fp32|source]    a training checkpoint's model as HF
-//   bb-convert reshard  in=DIR out=DIR [backend.parallel.*=N ...]
+//   bb-convert reshard  in=DIR out=DIR [backend.parallel.*=N ...]      a training checkpoint at another layout
 //   bb-convert help
 // Runs under mpirun for models larger than one process should hold: every
 // rank reads only its own shard (layout keys pick the layout), and the HF
@@ -87,6 +87,17 @@ uint64_t folder_bytes(const std::string& dir) {
   return n;
 }
 
+// backend.dtype of the parameters a training checkpoint's model/ holds.
+std::string saved_param_dtype(const std::string& model_dir) {
+  const HFCheckpoint ck = HFCheckpoint::open(model_dir);
+  BB_CHECK(!ck.names().empty(), "bb-convert reshard: ", model_dir, " holds no tensors");
+  switch (ck.dtype(ck.names().front())) {
+    case DType::F64: return "float64";
+    case DType::BF16: return "bfloat16";
+    default: return "float32";
+  }
+}
+
 int run(int argc, char** argv) {
   const ConfigSchema schema = convert_schema();
   if (asks_for_help(argc, argv)) {
@@ -101,8 +112,6 @@ int run(int argc, char** argv) {
   BB_CHECK(args.has("in") && args.has("out"), "bb-convert ", mode, ": in=DIR and out=DIR are required");
   const std::string in = args.str("in"), out = args.str("out");
   BB_CHECK(fs::is_directory(in), "bb-convert ", mode, ": in=", in, " is not a folder");
-  BB_CHECK(mode != "reshard", "bb-convert reshard: resharding the optimizer state of a training checkpoint is not "
-                              "built yet; bb_to_hf then hf_to_bb reshards the model weights (fresh optimizer state)");
   RuntimeConfig cfg = args.runtime;
   Progress progress;
   if (mode == "hf_to_bb") {
@@ -111,6 +120,27 @@ int run(int argc, char** argv) {
     auto rt = create_runtime(cfg);
     progress.on = rt->parallel_state().world_rank() == 0;
     ModelHandle h = rt->build_model();
+    rt->save_checkpoint(h, out);
+    progress.done(progress.on ? folder_bytes(out) : 0);
+    return 0;
+  }
+  if (mode == "reshard") {
+    // The model is built from the checkpoint's own config.json at this run's
+    // layout; load_checkpoint then fills it, optimizer state included.
+    BB_CHECK(!fs::exists(out) || !fs::equivalent(in, out), "bb-convert reshard: out=", out, " is in=", in,
+             "; give another folder");
+    BB_CHECK(fs::exists(fs::path(in) / "trainer_state.json"), "bb-convert reshard: in=", in,
+             " is not a training checkpoint (no trainer_state.json)");
+    check_output_dir(out, "trainer_state.json", "a training checkpoint");
+    cfg.hf_path = in + "/model";
+    cfg.backend_cfg.load_hf_weights = false;
+    // The parameters keep the dtype they were saved in (float64 state stays
+    // float64) unless backend.dtype says otherwise.
+    if (!args.has("backend.dtype")) cfg.backend_cfg.dtype = saved_param_dtype(cfg.hf_path);
+    auto rt = create_runtime(cfg);
+    progress.on = rt->parallel_state().world_rank() == 0;
+    ModelHandle h = rt->build_model();
+    rt->load_checkpoint(h, in);
     rt->save_checkpoint(h, out);
     progress.done(progress.on ? folder_bytes(out) : 0);
     return 0;

@@ -95,10 +95,12 @@ class Runtime {
   void save_hf_checkpoint(ModelHandle& h, const std::string& dir,
                           const std::function<void(uint64_t bytes)>& progress = {});
   // Training checkpoint (collective, every rank): the model as an HF directory,
-  // each rank's optimizer slice, and the step counters, written under a
-  // temporary name and swapped in so an earlier checkpoint at `dir` survives
-  // any failure. load_checkpoint restores all of it and returns the number of
-  // optimizer steps taken; the parallel layout must be the one that saved it.
+  // the optimizer's master weights and Adam moments as HF-named full tensors,
+  // and the step counters, written under a temporary name and swapped in so an
+  // earlier checkpoint at `dir` survives any failure (runtime/checkpoint.cpp).
+  // load_checkpoint restores all of it at this run's parallel layout, whatever
+  // the layout that saved it (tp, pp, vpp, dp, ep, etp), and returns the number
+  // of optimizer steps taken; the model config and frozen_params must match.
   void save_checkpoint(ModelHandle& h, const std::string& dir);
   int64_t load_checkpoint(ModelHandle& h, const std::string& dir);
 

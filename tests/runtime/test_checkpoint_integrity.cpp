@@ -125,7 +125,7 @@ TEST_F(CheckpointIntegrity, EveryDamagedFileIsAnErrorNamingIt) {
       {"manifest.json", {"not a valid manifest", "not a valid manifest", "not a valid manifest", "is missing"}},
       {"model/config.json", {"corrupt", "corrupt", "bytes, the manifest records", "is missing"}},
       {model_shard, {"corrupt", "corrupt", "bytes, the manifest records", "is missing"}},
-      {"optimizer/rank-0-of-1.safetensors", {"corrupt", "corrupt", "bytes, the manifest records", "is missing"}},
+      {"optimizer/master/model.safetensors", {"corrupt", "corrupt", "bytes, the manifest records", "is missing"}},
   };
   for (const FileKind& kind : kinds) {
     for (size_t d = 0; d < damages().size(); ++d) {

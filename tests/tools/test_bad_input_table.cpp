@@ -5,7 +5,9 @@
 // out-of-range ints, a directory given for a file, missing files, empty and
 // invalid tokens files, huge token ids, bad parallel sizes, bad pipeline
 // layouts and microbatch counts, context parallelism where it cannot run,
-// bb-convert commands, output folders and checkpoints, MoE models: ep not
+// bb-convert commands, output folders and checkpoints, training checkpoints
+// of another model or config, missing an optimizer file or with metadata
+// that does not cover a tensor, MoE models: ep not
 // dividing the experts, top-k above the expert count, a checkpoint holding a
 // layer's experts in both layouts; DeepSeek-V3 fields out of range and MTP.
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
+#include "bumblebee/runtime/checkpoint_files.h"
 #include "tests/tools/tool_runner.h"
 
 namespace bb::test {
@@ -79,6 +82,22 @@ const fs::path& scratch() {
                                         " out=" + (d / "ck_missing_shard").string());
     if (made.code != 0) ADD_FAILURE() << made.out;
     fs::remove(d / "ck_missing_shard" / "model" / "model.safetensors");
+    // Training checkpoints of qwen3_gqa: one without an optimizer file, one
+    // whose trainer_state.json (manifest rewritten) does not record a tensor.
+    const ToolResult good = run_command(tool("bb-convert") + " hf_to_bb in=" + fs::path(config).parent_path().string() +
+                                        " out=" + (d / "ck_good").string());
+    if (good.code != 0) ADD_FAILURE() << good.out;
+    fs::copy(d / "ck_good", d / "ck_missing_moments", fs::copy_options::recursive);
+    fs::remove(d / "ck_missing_moments" / "optimizer" / "exp_avg" / "model.safetensors");
+    fs::copy(d / "ck_good", d / "ck_uncovered", fs::copy_options::recursive);
+    {
+      const fs::path state = d / "ck_uncovered" / "trainer_state.json";
+      nlohmann::json j = nlohmann::json::parse(std::ifstream(state));
+      j["optimizer_tensors"]["master"].erase("model.norm.weight");
+      std::ofstream(state) << j.dump(2);
+      fs::remove(d / "ck_uncovered" / "manifest.json");
+      write_checkpoint_manifest((d / "ck_uncovered").string());
+    }
     // A qwen3_moe checkpoint whose layer 0 holds its experts fused and one per-expert tensor too.
     {
       const std::string fixtures = std::string(BB_SOURCE_DIR) + "/tests/fixtures/";
@@ -286,7 +305,22 @@ std::vector<Row> rows() {
        "key 'dtype': 'fp8' is not one of: source, bf16, fp32"},
       {"convert_bad_shard_size", "bb-convert", "bb_to_hf in={tmp}/ck_missing_shard out={tmp}/o export.max_shard_bytes=5XB",
        1, "key 'export.max_shard_bytes': '5XB' has an unknown unit 'XB'"},
-      {"convert_reshard_not_built", "bb-convert", "reshard in={fx} out={tmp}/o", 1, "is not built yet"},
+      {"convert_reshard_out_not_a_checkpoint", "bb-convert", "reshard in={tmp}/ck_good out={tmp}/notackpt", 1,
+       "out={tmp}/notackpt exists and is not a training checkpoint (no trainer_state.json)"},
+      {"convert_reshard_in_not_a_checkpoint", "bb-convert", "reshard in={tmp}/adir out={tmp}/o", 1,
+       "in={tmp}/adir is not a training checkpoint (no trainer_state.json)"},
+      // Training checkpoints that do not fit the model, or lack what they must hold.
+      {"resume_other_model", "bb-correctness",
+       "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/llama3_gqa tokens=" + std::string(BB_SOURCE_DIR) +
+           "/tests/fixtures/llama3_gqa/tokens.json steps=1 "
+       "resume_from={tmp}/ck_good", 1, "holds a model with another config than the one built: "},
+      {"resume_incompatible_config", "bb-correctness",
+       kCorrectness + "steps=1 resume_from={tmp}/ck_good 'backend.model_overrides={\"rms_norm_eps\": 1e-5}'", 1,
+       "another config than the one built: rms_norm_eps is 1e-06 there and 1e-05 here"},
+      {"resume_missing_optimizer_file", "bb-correctness", kCorrectness + "steps=1 resume_from={tmp}/ck_missing_moments",
+       1, "optimizer/exp_avg/model.safetensors is missing"},
+      {"resume_metadata_not_covering_a_tensor", "bb-correctness", kCorrectness + "steps=1 resume_from={tmp}/ck_uncovered",
+       1, "does not cover tensor 'model.norm.weight' of {tmp}/ck_uncovered/optimizer/master"},
       {"correctness_pp_balanced_too_few_layers", "bb-correctness",
        kCorrectness + "backend.parallel.pp=4 num_microbatches=4", 1,
        "num_hidden_layers 2 cannot fill pp * vpp = 4 pipeline stages", 4},

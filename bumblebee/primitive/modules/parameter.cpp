@@ -121,6 +121,14 @@ void ParamStore::allocate_group(ParamGroup& g, DType param_dtype, DType grad_dty
   }
 }
 
+Tensor ParamGroup::swap_flat_params(Tensor flat) {
+  BB_CHECK(flat.numel() == flat_params_.numel(), "group '", name(), "': a flat buffer of ", flat.numel(),
+           " elements cannot stand for its ", flat_params_.numel(), " parameter elements");
+  std::swap(flat, flat_params_);
+  for (Parameter* p : params_) p->value = flat_params_.flat_slice(p->offset, p->local_shape);
+  return flat;
+}
+
 ParamGroup& ParamStore::group(const std::string& name) {
   for (auto& g : groups_)
     if (g->name() == name) return *g;

@@ -97,6 +97,10 @@ class ParamGroup {
   const std::vector<Parameter*>& params() const { return params_; }
   Tensor& flat_params() { return flat_params_; }
   Tensor& flat_grads() { return flat_grads_; }   // undefined when frozen
+  // Points flat_params and every parameter's value at `flat` (same numel, any
+  // dtype) and returns the buffer they viewed before. Training checkpoints
+  // pass optimizer state through the model's HF mapping this way.
+  Tensor swap_flat_params(Tensor flat);
   int64_t numel() const { return numel_; }        // before padding
   // In the order backward completes them (reverse registration order);
   // GradBucket::first_param/end_param index params().

@@ -66,6 +66,36 @@ void DistributedOptimizer::reload_master_from_params() {
   }
 }
 
+namespace {
+Tensor& state_of(DistributedOptimizer::GroupState& g, DistributedOptimizer::State which) {
+  using State = DistributedOptimizer::State;
+  return which == State::Master ? g.master : which == State::ExpAvg ? g.exp_avg : g.exp_avg_sq;
+}
+}  // namespace
+
+Tensor DistributedOptimizer::gather_state(GroupState& g, State which) {
+  const Tensor& shard = state_of(g, which);
+  Tensor full = Tensor::zeros({g.group->flat_params().numel()}, shard.dtype(), shard.device());
+  const int64_t ranks = g.comm->size();
+  for (const GradReducer::Slice& s : g.reducer->slices()) {
+    Tensor bucket = full.narrow(s.flat_begin - g.comm->rank() * s.numel, s.numel * ranks);
+    if (ranks == 1) {
+      bucket.copy_from(shard.narrow(s.shard_begin, s.numel));
+    } else {
+      g.comm->all_gather(shard.narrow(s.shard_begin, s.numel), bucket);
+    }
+  }
+  return full;
+}
+
+void DistributedOptimizer::scatter_state(GroupState& g, State which, const Tensor& full) {
+  Tensor& shard = state_of(g, which);
+  BB_CHECK(full.numel() == g.group->flat_params().numel(), "optimizer state of group '", g.group->name(), "' has ",
+           full.numel(), " elements, the group ", g.group->flat_params().numel());
+  for (const GradReducer::Slice& s : g.reducer->slices())
+    shard.narrow(s.shard_begin, s.numel).copy_from(full.narrow(s.flat_begin, s.numel));
+}
+
 void DistributedOptimizer::invalidate_grads() {
   for (GroupState& g : groups_) g.reducer->invalidate();
 }

@@ -74,6 +74,15 @@ class DistributedOptimizer {
   // One entry per trainable group, in the store's group order (checkpoints
   // save and restore master, exp_avg and exp_avg_sq of each).
   std::vector<GroupState>& groups() { return groups_; }
+  // A group's master weights or Adam moments as one buffer in the layout of
+  // its flat parameters (every rank's slices gathered over the group's
+  // communicator; bucket padding zero), in the master dtype; scatter_state
+  // takes this rank's slices back from such a buffer. Collective over the
+  // group's communicator. Checkpoints save and load the state per parameter
+  // through them, whatever the dp layout.
+  enum class State { Master, ExpAvg, ExpAvgSq };
+  Tensor gather_state(GroupState& g, State which);
+  void scatter_state(GroupState& g, State which, const Tensor& full);
   // Refresh the master slices from the parameters (after loading weights).
   void reload_master_from_params();
 
