@@ -16,6 +16,7 @@
 #include <fstream>
 
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
+#include "bumblebee/primitive/ckpt/peft_adapter.h"
 #include "bumblebee/primitive/ckpt/safetensors.h"
 #include "bumblebee/runtime/checkpoint_files.h"
 #include "bumblebee/runtime/model_state.h"
@@ -62,7 +63,8 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
     fs::create_directories(tmp + "/optimizer");
   }
   ps.world().barrier();
-  write_hf_model(h, tmp + "/model", "param", {});
+  write_hf_model(h, tmp + "/model", "param", {}, false);
+  if (st.chunks.front()->params().lora()) save_peft_adapter(h, tmp + "/adapter");
   DistributedOptimizer& opt = *st.optimizer;
   std::vector<std::pair<std::string, Tensor>> state;
   for (DistributedOptimizer::GroupState& g : opt.groups()) {
@@ -125,11 +127,15 @@ int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
            " holds a model with another config than the one built (compare trainer_state.json's model_config)");
   const std::string shard = optimizer_file(ps.world_rank(), ps.world_size());
   std::vector<std::string> files = checkpoint_files_under(dir, "model/");
+  for (const std::string& f : checkpoint_files_under(dir, "adapter/")) files.push_back(f);
   files.push_back(shard);
   verify_checkpoint_files(dir, files);
 
   const HFCheckpoint model = HFCheckpoint::open(dir + "/model");
-  for (auto& chunk : st.chunks) st.protocol->load_hf_weights(*chunk, model);
+  for (auto& chunk : st.chunks) {
+    st.protocol->load_hf_weights(*chunk, model);
+    if (const LoraConfig* lora = chunk->params().lora()) load_peft_adapter(chunk->params(), dir + "/adapter", *lora, chunk->layers());
+  }
   DistributedOptimizer& opt = *st.optimizer;
   const SafetensorsFile f = SafetensorsFile::open(dir + "/" + shard);
   for (DistributedOptimizer::GroupState& g : opt.groups()) {
