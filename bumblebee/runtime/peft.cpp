@@ -27,6 +27,16 @@ std::shared_ptr<const LoraConfig> make_lora_config(const PeftConfig& peft) {
   return cfg;
 }
 
+void check_lora_targets_found(const LoraConfig& cfg, const ParamStore& store, const LayerRange& range) {
+  if (range.end_layer >= 0 && range.first_layer >= range.end_layer) return;   // a chunk without layers
+  for (const std::string& t : cfg.target_modules) {
+    if (t == "all-linear") continue;
+    bool found = false;
+    for (const Parameter& p : store.params()) found = found || p.name.ends_with("." + t + ".lora_A.weight");
+    BB_CHECK(found, "peft.target_modules names '", t, "', which no linear layer of this model has");
+  }
+}
+
 void Runtime::save_peft_adapter(ModelHandle& h, const std::string& dir) {
   ModelState& st = h.state();
   const LoraConfig* lora = st.chunks.front()->params().lora();

@@ -232,6 +232,8 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   } else {
     for (auto& chunk : st->chunks) chunk->init_weights(bcfg.seed);
   }
+  if (ctx.lora)
+    for (auto& chunk : st->chunks) check_lora_targets_found(*ctx.lora, chunk->params(), chunk->layers());
   if (!bcfg.peft.adapter_path.empty()) {
     BB_CHECK(ctx.lora, "peft.adapter_path is set but peft.type=none; set peft.type=lora to continue an adapter");
     for (auto& chunk : st->chunks) load_peft_adapter(chunk->params(), bcfg.peft.adapter_path, *ctx.lora, chunk->layers());
