@@ -37,7 +37,7 @@ struct LoraConfig {
 // The HF module names a dense decoder's linear layers have.
 const std::vector<std::string>& lora_linear_modules();
 // Checks target_modules against lora_linear_modules (the error lists them) and
-// the rank and dropout; `what` names the configuration in messages.
+// the rank and dropout, with messages naming the peft.* key and value.
 void check_lora_config(const LoraConfig& cfg);
 // Whether a parameter is a LoRA adapter's (its name ends in .lora_A.weight or .lora_B.weight).
 bool is_lora_param(const std::string& name);
