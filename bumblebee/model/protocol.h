@@ -26,6 +26,7 @@
 #include "bumblebee/primitive/ckpt/weight_mapping.h"
 #include "bumblebee/primitive/modules/block.h"
 #include "bumblebee/primitive/modules/layer_range.h"
+#include "bumblebee/primitive/modules/lora.h"
 #include "bumblebee/primitive/modules/parameter.h"
 #include "bumblebee/primitive/parallel/parallel_context.h"
 #include "bumblebee/primitive/recompute/recompute.h"
@@ -69,6 +70,7 @@ struct BuildContext {
   LayerRange layers;
   ParamGroupFn param_groups;       // empty: one trainable group over one rank
   int64_t grad_bucket_size = 0;    // elements per gradient bucket (<= 0: one bucket), see grad_bucket_layout.h
+  std::shared_ptr<const LoraConfig> lora;   // adapters the linear layers declare (lora.h); null: none
 };
 
 // Told that a parameter's gradient is final for this step.

@@ -30,6 +30,7 @@
 
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 #include "bumblebee/primitive/ckpt/hf_checkpoint_writer.h"
+#include "bumblebee/primitive/ckpt/peft_adapter.h"
 #include "bumblebee/runtime/checkpoint_files.h"
 #include "bumblebee/runtime/model_state.h"
 #include "bumblebee/runtime/runtime.h"
@@ -112,7 +113,8 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
     fs::create_directories(tmp + "/optimizer");
   }
   ps.world().barrier();
-  write_hf_model(h, tmp + "/model", "param", {});
+  write_hf_model(h, tmp + "/model", "param", {}, false);
+  if (st.chunks.front()->params().lora()) save_peft_adapter(h, tmp + "/adapter");
   DistributedOptimizer& opt = *st.optimizer;
   nlohmann::json tensors;   // per optimizer part: name -> global shape and dtype
   for (const OptimizerPart& part : kOptimizerParts) {
@@ -193,10 +195,14 @@ int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
     BB_CHECK(!f.empty(), "checkpoint ", dir, " has no optimizer/", part.name, "/ in its manifest");
     files.insert(files.end(), f.begin(), f.end());
   }
+  for (const std::string& f : checkpoint_files_under(dir, "adapter/")) files.push_back(f);
   verify_checkpoint_files(dir, files);
 
   const HFCheckpoint model = HFCheckpoint::open(dir + "/model");
-  for (auto& chunk : st.chunks) st.protocol->load_hf_weights(*chunk, model);
+  for (auto& chunk : st.chunks) {
+    st.protocol->load_hf_weights(*chunk, model);
+    if (const LoraConfig* lora = chunk->params().lora()) load_peft_adapter(chunk->params(), dir + "/adapter", *lora, chunk->layers());
+  }
   DistributedOptimizer& opt = *st.optimizer;
   for (const OptimizerPart& part : kOptimizerParts) {
     const HFCheckpoint ck = HFCheckpoint::open(dir + "/optimizer/" + part.name);

@@ -48,6 +48,24 @@ struct OptimizerConfig {
   bool no_weight_decay_1d = true;
 };
 
+// Parameter-efficient fine-tuning (docs/peft.md): LoRA adapters on the named
+// HF linear modules, every other parameter frozen. Fields follow HF peft's
+// LoraConfig: target_modules, r (rank), lora_alpha, lora_dropout, use_rslora.
+struct PeftConfig {
+  std::string type = "none";        // none | lora | dora (dora: not implemented yet, an error)
+  std::string target_modules = "q_proj,v_proj";   // comma list of HF module names, or all-linear
+  int rank = 8;
+  double alpha = 8.0;
+  double dropout = 0.0;
+  bool use_rslora = false;
+  // An HF peft adapter directory (adapter_config.json, adapter_model.safetensors)
+  // to start from instead of fresh adapters: continue training it.
+  std::string adapter_path;
+  // save_hf_checkpoint writes the merged weights W + s B A (peft's
+  // merge_and_unload) instead of the base weights.
+  bool merge_on_export = false;
+};
+
 struct BBConfig {
   std::string model_name = "auto";   // registry name, or "auto" from config.json's model_type
   std::string impl = "lite";
@@ -62,6 +80,7 @@ struct BBConfig {
   // expression matched against whole HF names, e.g. "model\\.embed_tokens\\..*"
   // (several: a|b); empty freezes nothing.
   std::string frozen_params;
+  PeftConfig peft;
   nlohmann::json impl_cfg = nlohmann::json::object();     // model-specific keys
   nlohmann::json model_overrides = nlohmann::json::object();  // e.g. {"num_layers": 2}
   std::string device = "cpu";          // cpu | cuda | cuda:N (under MPI: cuda:local_rank)

@@ -130,6 +130,33 @@ void ConfigSchema::add_runtime_keys() {
   add(key("backend.frozen_params", "backend", T::String, b.frozen_params,
           "regular expression over HF parameter names to freeze (no gradient, no optimizer state); empty: none",
           [](RuntimeConfig& c, const json& v) { bb_of(c).frozen_params = v; }));
+  add(key("peft.type", "peft", T::String, b.peft.type,
+          "parameter-efficient fine-tuning: lora trains adapters on peft.target_modules with every other parameter "
+          "frozen; none trains the model itself",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).peft.type = v; })
+          .one_of({"none", "lora", "dora"}));
+  add(key("peft.target_modules", "peft", T::String, b.peft.target_modules,
+          "comma list of HF linear modules to adapt (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj) or "
+          "all-linear; HF peft's target_modules",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).peft.target_modules = v; }));
+  add(int_key("peft.rank", "peft", b.peft.rank, "LoRA rank r (HF peft's r)",
+              [](RuntimeConfig& c, const json& v) { bb_of(c).peft.rank = v; })
+          .at_least(1));
+  add(key("peft.alpha", "peft", T::Float, b.peft.alpha, "LoRA alpha (HF peft's lora_alpha): scaling alpha / r",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).peft.alpha = v; })
+          .above(0.0));
+  add(key("peft.dropout", "peft", T::Float, b.peft.dropout, "dropout on the adapter input (HF peft's lora_dropout)",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).peft.dropout = v; })
+          .in_float_range(0.0, 1.0));
+  add(key("peft.use_rslora", "peft", T::Bool, b.peft.use_rslora, "rank-stabilised scaling alpha / sqrt(r)",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).peft.use_rslora = v; }));
+  add(key("peft.adapter_path", "peft", T::String, b.peft.adapter_path,
+          "HF peft adapter directory to continue training (its r, lora_alpha, use_rslora must match); empty: fresh "
+          "adapters (B = 0)",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).peft.adapter_path = v; }));
+  add(key("peft.merge_on_export", "peft", T::Bool, b.peft.merge_on_export,
+          "HF export writes the merged weights W + scaling * B A (float64 on the host) instead of the base weights",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).peft.merge_on_export = v; }));
   add(key("backend.impl_cfg", "backend", T::Json, b.impl_cfg, "model-specific implementation keys, a JSON object",
           [](RuntimeConfig& c, const json& v) { bb_of(c).impl_cfg = v; }));
   add(key("backend.model_overrides", "backend", T::Json, b.model_overrides,

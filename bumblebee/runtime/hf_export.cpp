@@ -6,6 +6,7 @@
 #include <map>
 
 #include "bumblebee/primitive/ckpt/hf_checkpoint_writer.h"
+#include "bumblebee/primitive/ckpt/peft_adapter.h"
 #include "bumblebee/runtime/model_state.h"
 #include "bumblebee/runtime/pipeline_transfer.h"
 #include "bumblebee/runtime/runtime.h"
@@ -39,9 +40,29 @@ bool has_safetensors(const std::string& dir) {
 }  // namespace
 
 void Runtime::export_weights(ModelHandle& h, const WeightSink& sink) {
+  export_weights(h, sink, cfg_.backend_cfg.peft.merge_on_export);
+}
+
+void Runtime::export_weights(ModelHandle& h, const WeightSink& sink, bool merge_lora) {
+  ModelState& st = h.state();
+  stream_chunks(
+      h,
+      [&](ModelChunk& chunk, const WeightSink& out) {
+        if (!merge_lora || !chunk.params().lora()) {
+          st.protocol->export_hf_weights(chunk, *st.context, out);
+          return;
+        }
+        st.protocol->export_hf_weights(chunk, *st.context, [&](const std::string& name, const Tensor& t) {
+          out(name, merge_lora_weight(chunk.params(), st.context->tp(), name, t));
+        });
+      },
+      sink);
+}
+
+void Runtime::stream_chunks(ModelHandle& h, const ChunkExport& chunk_export, const WeightSink& sink) {
   ModelState& st = h.state();
   if (parallel_->pp_size() == 1) {
-    st.protocol->export_hf_weights(*st.chunks.front(), *st.context, sink);
+    chunk_export(*st.chunks.front(), sink);
     return;
   }
   // Stage by stage in pipeline order: the stage exporting fills a bucket and
@@ -65,7 +86,7 @@ void Runtime::export_weights(ModelHandle& h, const WeightSink& sink) {
       bytes = 0;
     };
     for (auto& chunk : st.chunks)
-      st.protocol->export_hf_weights(*chunk, *st.context, [&](const std::string& name, const Tensor& t) {
+      chunk_export(*chunk, [&](const std::string& name, const Tensor& t) {
         if (!bucket.empty() && bytes + t.nbytes() > limit) flush();
         bucket.emplace_back(name, t);
         bytes += t.nbytes();
@@ -77,11 +98,11 @@ void Runtime::export_weights(ModelHandle& h, const WeightSink& sink) {
 
 void Runtime::save_hf_checkpoint(ModelHandle& h, const std::string& dir,
                                  const std::function<void(uint64_t bytes)>& progress) {
-  write_hf_model(h, dir, cfg_.export_cfg.dtype, progress);
+  write_hf_model(h, dir, cfg_.export_cfg.dtype, progress, cfg_.backend_cfg.peft.merge_on_export);
 }
 
 void Runtime::write_hf_model(ModelHandle& h, const std::string& dir, const std::string& how,
-                             const std::function<void(uint64_t bytes)>& progress) {
+                             const std::function<void(uint64_t bytes)>& progress, bool merge_lora) {
   const bool writer_rank = parallel_->world_rank() == 0;
   std::optional<DType> fixed;
   if (how == "bf16") fixed = DType::BF16;
@@ -109,7 +130,7 @@ void Runtime::write_hf_model(ModelHandle& h, const std::string& dir, const std::
     writer->add(name, out);
     written += fixed ? uint64_t(t.numel()) * dtype_size(*fixed) : out.nbytes();
     if (progress) progress(written);
-  });
+  }, merge_lora);
   if (!writer_rank) return;
   writer->finish();
   const std::string tmp = dir + "/config.json.tmp";

@@ -10,11 +10,13 @@
 #include "bumblebee/model/registry.h"
 #include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/ckpt/peft_adapter.h"
 #include "bumblebee/primitive/modules/moe/router_replay.h"
 #include "bumblebee/primitive/modules/rmsnorm.h"
 #include "bumblebee/primitive/optim/param_groups.h"
 #include "bumblebee/runtime/microbatch.h"
 #include "bumblebee/runtime/model_state.h"
+#include "bumblebee/runtime/peft.h"
 #include "bumblebee/runtime/pipeline_transfer.h"
 #include "bumblebee/runtime/schedule.h"
 
@@ -172,6 +174,9 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ParamGroupOptions groups;
   groups.no_weight_decay_1d = bcfg.optimizer.no_weight_decay_1d;
   if (!bcfg.frozen_params.empty()) groups.frozen = {bcfg.frozen_params};
+  ctx.lora = make_lora_config(bcfg.peft);
+  // PEFT trains the adapters only: everything else joins the frozen group.
+  if (ctx.lora) groups.frozen.push_back("(?!.*\\.lora_[AB]\\.weight$).*");
   ctx.param_groups = make_param_groups(*parallel_, groups);
   BB_CHECK(bcfg.optimizer.grad_bucket_size > 0, "optimizer.grad_bucket_size must be > 0, got ",
            bcfg.optimizer.grad_bucket_size);
@@ -220,9 +225,18 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   // last stage loads (or initialises) to the same values as the first stage's.
   if (bcfg.load_hf_weights) {
     const HFCheckpoint ckpt = HFCheckpoint::open(cfg_.hf_path);
-    for (auto& chunk : st->chunks) st->protocol->load_hf_weights(*chunk, ckpt);
+    for (auto& chunk : st->chunks) {
+      st->protocol->load_hf_weights(*chunk, ckpt);
+      init_lora_params(chunk->params(), bcfg.seed);
+    }
   } else {
     for (auto& chunk : st->chunks) chunk->init_weights(bcfg.seed);
+  }
+  if (ctx.lora)
+    for (auto& chunk : st->chunks) check_lora_targets_found(*ctx.lora, chunk->params(), chunk->layers());
+  if (!bcfg.peft.adapter_path.empty()) {
+    BB_CHECK(ctx.lora, "peft.adapter_path is set but peft.type=none; set peft.type=lora to continue an adapter");
+    for (auto& chunk : st->chunks) load_peft_adapter(chunk->params(), bcfg.peft.adapter_path, *ctx.lora, chunk->layers());
   }
 
   const OptimizerConfig& o = bcfg.optimizer;

@@ -94,6 +94,11 @@ class Runtime {
   // Collective. `progress`, when set, is told the bytes written so far on rank 0.
   void save_hf_checkpoint(ModelHandle& h, const std::string& dir,
                           const std::function<void(uint64_t bytes)>& progress = {});
+  // With peft.type=lora: the adapters as HF peft writes them (world rank 0
+  // writes `dir`/adapter_model.safetensors and adapter_config.json, gathered
+  // over tp and pp), so PeftModel.from_pretrained(base, dir) loads them.
+  // Collective. runtime/peft.cpp.
+  void save_peft_adapter(ModelHandle& h, const std::string& dir);
   // Training checkpoint (collective, every rank): the model as an HF directory,
   // the optimizer's master weights and Adam moments as HF-named full tensors,
   // and the step counters, written under a temporary name and swapped in so an
@@ -107,8 +112,14 @@ class Runtime {
  private:
   // save_hf_checkpoint with the export dtype given (export.dtype's values);
   // training checkpoints keep the parameter dtype ("param").
+  // merge_lora: the base weights with their LoRA adapters merged in (peft.merge_on_export).
   void write_hf_model(ModelHandle& h, const std::string& dir, const std::string& dtype,
-                      const std::function<void(uint64_t bytes)>& progress);
+                      const std::function<void(uint64_t bytes)>& progress, bool merge_lora);
+  // Streams what `chunk_export` emits for each of this rank's chunks to every
+  // rank's sink, stage by stage over pp (export_weights' transport).
+  using ChunkExport = std::function<void(ModelChunk& chunk, const WeightSink& sink)>;
+  void stream_chunks(ModelHandle& h, const ChunkExport& chunk_export, const WeightSink& sink);
+  void export_weights(ModelHandle& h, const WeightSink& sink, bool merge_lora);
 
   RuntimeConfig cfg_;
   std::shared_ptr<dist::ParallelState> parallel_;

@@ -103,7 +103,7 @@ std::vector<RecipeKey> build_keys() {
        "write a training checkpoint (model, optimizer, steps) to OUT/checkpoint every N steps and at the end (0: none)"},
   };
   std::vector<RecipeKey> out;
-  for (const char* section : {"description", "model", "data", "train", "optimizer", "parallel", "backend", "output"})
+  for (const char* section : {"description", "model", "data", "train", "optimizer", "parallel", "peft", "backend", "output"})
     for (const std::vector<RecipeKey>* keys : {&own, &runtime})
       for (const RecipeKey& k : *keys)
         if (section_of(k.key) == section) out.push_back(k);

@@ -228,6 +228,10 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
     rt->save_hf_checkpoint(h, out_dir + "/hf");
     log("saved the trained model as an HF directory: " + out_dir + "/hf");
   }
+  if (h.model().params().lora()) {
+    rt->save_peft_adapter(h, out_dir + "/adapter");
+    log("saved the LoRA adapter in HF peft format: " + out_dir + "/adapter");
+  }
   const size_t tail = std::min<size_t>(10, train_curve.points.size());
   double tail_sum = 0;
   for (size_t i = train_curve.points.size() - tail; i < train_curve.points.size(); ++i)

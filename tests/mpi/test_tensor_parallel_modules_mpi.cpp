@@ -1,7 +1,7 @@
 // Tensor-parallel modules at tp = the number of ranks, with sequence parallel
 // as TensorParallel runs it, against the same module on one rank in float64:
 // Column/Row linear, SelfAttention (GQA, q/k norm on and off, packed
-// sequences), multi-head latent attention, the SwiGLU MLP, the DecoderLayer (every recompute mode) and the
+// sequences), multi-head latent attention, the SwiGLU MLP, attention and MLP with LoRA on every projection, the DecoderLayer (every recompute mode) and the
 // vocab-parallel LM head (vocabulary padded to a multiple of tp). Every rank builds both from the same seed, feeds its
 // shard of the same inputs, and checks that its outputs, input gradients and
 // parameter-gradient shards (replicated ones summed over the group) equal its
@@ -228,6 +228,80 @@ TEST(MpiTensorParallelModules, SwiGLUMLPMatchesOneRank) {
   std::unique_ptr<BlockState> s;
   EXPECT_LT(test::relative_error(mlp->forward(token_shard(x), SequenceLayout{}, s).to_doubles(), token_shard(y_ref).to_doubles()), kTol);
   EXPECT_LT(test::relative_error(mlp->backward(token_shard(dy), SequenceLayout{}, s).to_doubles(), token_shard(dx_ref).to_doubles()),
+            kTol);
+  expect_parameter_shards_match(parallel, single);
+}
+
+// LoRA on every projection (primitive/modules/lora.h): A replicated and B
+// split as the rows of a column-parallel base, A split as the columns of a
+// row-parallel base and B replicated; the fused gate|up GEMM places each
+// adapter's output in its own column block. Every A and B is random (B too).
+LoraConfig all_linear_lora() {
+  LoraConfig cfg;
+  cfg.target_modules = {"all-linear"};
+  cfg.rank = 3;
+  cfg.alpha = 5.0;
+  return cfg;
+}
+
+TEST(MpiTensorParallelModules, LoraAttentionMatchesOneRank) {
+  AttentionConfig cfg;
+  cfg.hidden = 8;
+  cfg.num_heads = 8;
+  cfg.num_kv_heads = 4;
+  cfg.head_dim = 4;
+  cfg.qk_norm = true;
+  if (!divides({kTokens, cfg.num_heads, cfg.num_kv_heads}))
+    GTEST_SKIP() << "tp " << tp_size() << " does not divide the sizes";
+  const SequenceLayout seq = test::packed_sequences({5, 7, 9, 3});
+  Generator gen(141);
+  Tensor x = test::random_tensor(gen, {kTokens, cfg.hidden}), dy = test::random_tensor(gen, {kTokens, cfg.hidden});
+
+  test::ModuleFixture single;
+  single.set_lora(all_linear_lora());
+  auto ref = single.make_attention(cfg);
+  single.allocate_and_init(142);
+  SelfAttention::Saved rs;
+  const Tensor y_ref = ref->forward(x, seq, rs);
+  const Tensor dx_ref = ref->backward(dy, seq, rs);
+
+  test::ModuleFixture parallel(tp_group());
+  parallel.set_lora(all_linear_lora());
+  auto attn = parallel.make_attention(cfg);
+  parallel.allocate_and_init(142);
+  SelfAttention::Saved s;
+  EXPECT_LT(test::relative_error(attn->forward(token_shard(x), seq, s).to_doubles(), token_shard(y_ref).to_doubles()),
+            kTol);
+  EXPECT_LT(test::relative_error(attn->backward(token_shard(dy), seq, s).to_doubles(),
+                                 token_shard(dx_ref).to_doubles()),
+            kTol);
+  expect_parameter_shards_match(parallel, single);
+}
+
+TEST(MpiTensorParallelModules, LoraSwiGLUMLPMatchesOneRank) {
+  constexpr int64_t kHidden = 8, kFfn = 24;
+  if (!divides({kTokens, kFfn})) GTEST_SKIP() << "tp " << tp_size() << " does not divide the sizes";
+  Generator gen(151);
+  Tensor x = test::random_tensor(gen, {kTokens, kHidden}), dy = test::random_tensor(gen, {kTokens, kHidden});
+
+  test::ModuleFixture single;
+  single.set_lora(all_linear_lora());
+  auto ref = single.make_mlp(kHidden, kFfn);
+  single.allocate_and_init(152);
+  std::unique_ptr<BlockState> rs;
+  const Tensor y_ref = ref->forward(x, SequenceLayout{}, rs);
+  const Tensor dx_ref = ref->backward(dy, SequenceLayout{}, rs);
+
+  test::ModuleFixture parallel(tp_group());
+  parallel.set_lora(all_linear_lora());
+  auto mlp = parallel.make_mlp(kHidden, kFfn);
+  parallel.allocate_and_init(152);
+  std::unique_ptr<BlockState> s;
+  EXPECT_LT(test::relative_error(mlp->forward(token_shard(x), SequenceLayout{}, s).to_doubles(),
+                                 token_shard(y_ref).to_doubles()),
+            kTol);
+  EXPECT_LT(test::relative_error(mlp->backward(token_shard(dy), SequenceLayout{}, s).to_doubles(),
+                                 token_shard(dx_ref).to_doubles()),
             kTol);
   expect_parameter_shards_match(parallel, single);
 }

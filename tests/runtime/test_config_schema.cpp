@@ -111,6 +111,16 @@ const std::vector<RoundTrip>& round_trips() {
        [](const RuntimeConfig& c) { return c.backend_cfg.optimizer.offload_fraction == 0.5; }},
       {"optimizer.grad_bucket_size", "1000",
        [](const RuntimeConfig& c) { return c.backend_cfg.optimizer.grad_bucket_size == 1000; }},
+      {"peft.type", "lora", [](const RuntimeConfig& c) { return c.backend_cfg.peft.type == "lora"; }},
+      {"peft.target_modules", "all-linear",
+       [](const RuntimeConfig& c) { return c.backend_cfg.peft.target_modules == "all-linear"; }},
+      {"peft.rank", "16", [](const RuntimeConfig& c) { return c.backend_cfg.peft.rank == 16; }},
+      {"peft.alpha", "32", [](const RuntimeConfig& c) { return c.backend_cfg.peft.alpha == 32.0; }},
+      {"peft.dropout", "0.1", [](const RuntimeConfig& c) { return c.backend_cfg.peft.dropout == 0.1; }},
+      {"peft.use_rslora", "true", [](const RuntimeConfig& c) { return c.backend_cfg.peft.use_rslora; }},
+      {"peft.adapter_path", "runs/adapter",
+       [](const RuntimeConfig& c) { return c.backend_cfg.peft.adapter_path == "runs/adapter"; }},
+      {"peft.merge_on_export", "true", [](const RuntimeConfig& c) { return c.backend_cfg.peft.merge_on_export; }},
   };
   return table;
 }

@@ -9,7 +9,8 @@
 // of another model or config, missing an optimizer file or with metadata
 // that does not cover a tensor, MoE models: ep not
 // dividing the experts, top-k above the expert count, a checkpoint holding a
-// layer's experts in both layouts; DeepSeek-V3 fields out of range and MTP.
+// layer's experts in both layouts; DeepSeek-V3 fields out of range and MTP;
+// LoRA: unknown target modules, bad ranks, an adapter for another base model.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -360,6 +361,32 @@ std::vector<Row> rows() {
        "moe_aux_loss_type 'switch' is not one of hf, megatron"},
       {"correctness_moe_hf_aux_loss_under_pp", "bb-correctness", kMoe + "backend.parallel.pp=2 num_microbatches=2", 1,
        "the hf form of the router auxiliary loss couples every layer", 2},
+      // LoRA (peft.*): a module the model lacks, rank 0 or above the layer, an
+      // adapter made for another base model, dora and experts (not yet).
+      {"correctness_lora_unknown_target", "bb-correctness", kCorrectness + "peft.type=lora peft.target_modules=q_proj,qkv",
+       1, "peft.target_modules names 'qkv', which is no linear module of the model; valid: q_proj, k_proj, v_proj, "
+          "o_proj, gate_proj, up_proj, down_proj, all-linear"},
+      {"correctness_lora_rank_zero", "bb-correctness", kCorrectness + "peft.type=lora peft.rank=0", 1, "peft.rank"},
+      {"correctness_lora_rank_above_layer", "bb-correctness",
+       kCorrectness + "peft.type=lora peft.target_modules=o_proj peft.rank=49", 1,
+       "peft.rank 49 is larger than the layer 'model.layers.0.self_attn.o_proj.weight' of shape [48, 64] allows"},
+      {"correctness_lora_adapter_of_other_base", "bb-correctness",
+       "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/llama3_gqa tokens=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/llama3_gqa/tokens.json peft.type=lora "
+       "peft.target_modules=all-linear peft.rank=4 peft.alpha=8 peft.adapter_path=" + std::string(BB_SOURCE_DIR) +
+       "/tests/fixtures/qwen3_gqa_lora", 1,
+       "adapter tensor 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' has shape [4, 48], the "
+       "model's parameter is [4, 36] (the adapter was made for 'tests/fixtures/qwen3_gqa')"},
+      {"correctness_lora_adapter_rank_differs", "bb-correctness",
+       kCorrectness + "peft.type=lora peft.target_modules=all-linear peft.rank=8 peft.alpha=8 peft.adapter_path=" +
+       std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_gqa_lora", 1, "adapter_config.json: r 4 differs from peft.rank 8"},
+      {"correctness_dora_not_yet", "bb-correctness", kCorrectness + "peft.type=dora", 1,
+       "peft.type=dora is not supported yet"},
+      {"correctness_dora_adapter_not_yet", "bb-correctness",
+       kCorrectness + "peft.type=lora peft.target_modules=all-linear peft.rank=4 peft.alpha=8 peft.adapter_path=" +
+       std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_gqa_dora", 1,
+       "is a DoRA adapter (use_dora), which is not supported yet"},
+      {"correctness_lora_on_experts_not_yet", "bb-correctness", kMoe + "peft.type=lora peft.target_modules=up_proj", 1,
+       "LoRA on experts is not supported yet"},
   };
   for (const char* key : kFloatKeys) {
     std::string name = std::string("correctness_nan_") + key;

@@ -24,6 +24,7 @@ Decoder::Decoder(DecoderSpec spec, const BuildContext& ctx) : spec_(std::move(sp
   BB_CHECK(range_.first_layer >= 0 && range_.first_layer <= range_.end_layer && range_.end_layer <= spec_.num_layers,
            "layer range [", range_.first_layer, ", ", range_.end_layer, ") does not fit the model's ",
            spec_.num_layers, " layers");
+  store_.set_lora(ctx_.lora);
   ParallelContext& pc = *ctx_.parallel;
   const int tp = pc.tp().size(), tp_rank = pc.tp().rank();
   const std::string embed_name = "model.embed_tokens.weight";
@@ -73,6 +74,10 @@ void Decoder::init_weights(uint64_t seed) {
   for (Parameter& p : store_.params()) {
     if (p.init == InitKind::Ones || p.init == InitKind::Zeros) {
       p.value.fill_(p.init == InitKind::Ones ? 1.0 : 0.0);
+      continue;
+    }
+    if (p.init == InitKind::KaimingUniform) {
+      init_kaiming_uniform_shard(p, seed ^ std::hash<std::string>{}(p.name));
       continue;
     }
     init_normal_shard(p, seed ^ std::hash<std::string>{}(p.name), spec_.initializer_range);

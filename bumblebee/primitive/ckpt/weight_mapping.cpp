@@ -5,6 +5,7 @@
 #include <set>
 
 #include "bumblebee/primitive/ckpt/hf_weights.h"
+#include "bumblebee/primitive/modules/lora.h"
 
 namespace bb {
 
@@ -59,8 +60,9 @@ void load_mapped_weights(ParamStore& store, const HFCheckpoint& ckpt, const Chec
     p.value.copy_from(shard_of_full(p, full));
     loaded.insert(p.name);
   }
+  // LoRA adapters are not part of the base checkpoint (peft_adapter.h loads them).
   for (const Parameter& p : store.params())
-    BB_CHECK(loaded.count(p.name), "parameter '", p.name, "' has no tensor in the model's checkpoint mapping");
+    BB_CHECK(loaded.count(p.name) || is_lora_param(p.name), "parameter '", p.name, "' has no tensor in the model's checkpoint mapping");
   for (const std::string& n : ckpt.names())
     BB_CHECK(known.count(n), "checkpoint ", ckpt.dir(), " holds tensor '", n, "' that the model does not have");
 }

@@ -19,21 +19,45 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor&
 }
 
 ColumnParallelLinear::ColumnParallelLinear(ParamStore& store, const std::string& name, int64_t in_features,
-                                           int64_t out_features, TensorParallel& tp)
-    : weight_(&store.add(name, {out_features, in_features}, {ShardKind::Column, tp.rank(), tp.size()})) {}
+                                           int64_t out_features, TensorParallel& tp, bool declare)
+    : weight_(&store.add(name, {out_features, in_features}, {ShardKind::Column, tp.rank(), tp.size()})) {
+  if (declare) declare_lora(store, tp);
+}
+
+void ColumnParallelLinear::declare_lora(ParamStore& store, TensorParallel& tp) {
+  if (store.lora() && store.lora()->targets(weight_->name))
+    lora_.emplace(store, *weight_, *store.lora(), tp.rank(), tp.size());
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x_full) const {
+  Tensor y = linear_forward(x_full, weight_->value);
+  if (lora_) lora_->forward(x_full, y);
+  return y;
+}
+
+void ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x_full, Tensor& dx_full, bool accumulate_dx) {
+  linear_backward(dy, x_full, weight_->value, weight_->grad, dx_full, accumulate_dx);
+  if (lora_) lora_->backward(dy, x_full, dx_full);
+}
 
 RowParallelLinear::RowParallelLinear(ParamStore& store, const std::string& name, int64_t in_features,
                                      int64_t out_features, TensorParallel& tp)
-    : weight_(&store.add(name, {out_features, in_features}, {ShardKind::Row, tp.rank(), tp.size()})), tp_(&tp) {}
+    : weight_(&store.add(name, {out_features, in_features}, {ShardKind::Row, tp.rank(), tp.size()})), tp_(&tp) {
+  if (store.lora() && store.lora()->targets(name)) lora_.emplace(store, *weight_, *store.lora(), tp.rank(), tp.size());
+}
 
+// The adapter's partial sums join the base's, so one reduction covers both.
 Tensor RowParallelLinear::forward(const Tensor& x_local) {
-  return tp_->exit(linear_forward(x_local, weight_->value));
+  Tensor y = linear_forward(x_local, weight_->value);
+  if (lora_) lora_->forward(x_local, y);
+  return tp_->exit(y);
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x_local) {
   Tensor dy_full = tp_->exit_backward(dy);
   Tensor dx;
   linear_backward(dy_full, x_local, weight_->value, weight_->grad, dx, false);
+  if (lora_) lora_->backward(dy_full, x_local, dx);
   return dx;
 }
 

@@ -8,10 +8,14 @@
 // sequence parallelism) over the group.
 // Weight gradients accumulate; a backward never overwrites them. A frozen
 // weight (no gradient buffer) gets no weight-gradient GEMM at all.
+// When the store's LoRA configuration targets a layer, the layer declares its
+// adapter right after its weight and adds it in forward and backward (lora.h).
 #pragma once
 
+#include <optional>
 #include <string>
 
+#include "bumblebee/primitive/modules/lora.h"
 #include "bumblebee/primitive/modules/parameter.h"
 #include "bumblebee/primitive/parallel/tensor_parallel.h"
 
@@ -26,17 +30,21 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor&
 
 class ColumnParallelLinear {
  public:
+  // declare_lora = false leaves the adapter to a later declare_lora() call,
+  // so weights that form one fused operand (gate|up) stay adjacent.
   ColumnParallelLinear(ParamStore& store, const std::string& name, int64_t in_features, int64_t out_features,
-                       TensorParallel& tp);
+                       TensorParallel& tp, bool declare_lora = true);
+  void declare_lora(ParamStore& store, TensorParallel& tp);
   Parameter& weight() { return *weight_; }
   int64_t local_out() const { return weight_->local_shape[0]; }
-  Tensor forward(const Tensor& x_full) const { return linear_forward(x_full, weight_->value); }
-  void backward(const Tensor& dy, const Tensor& x_full, Tensor& dx_full, bool accumulate_dx) {
-    linear_backward(dy, x_full, weight_->value, weight_->grad, dx_full, accumulate_dx);
-  }
+  // The layer's LoRA adapter; null when it has none.
+  LoraAdapter* lora() { return lora_ ? &*lora_ : nullptr; }
+  Tensor forward(const Tensor& x_full) const;
+  void backward(const Tensor& dy, const Tensor& x_full, Tensor& dx_full, bool accumulate_dx);
 
  private:
   Parameter* weight_;
+  std::optional<LoraAdapter> lora_;
 };
 
 class RowParallelLinear {
@@ -44,12 +52,14 @@ class RowParallelLinear {
   RowParallelLinear(ParamStore& store, const std::string& name, int64_t in_features, int64_t out_features,
                     TensorParallel& tp);
   Parameter& weight() { return *weight_; }
+  LoraAdapter* lora() { return lora_ ? &*lora_ : nullptr; }
   Tensor forward(const Tensor& x_local);              // exits the tp region
   Tensor backward(const Tensor& dy, const Tensor& x_local);   // returns dx_local
 
  private:
   Parameter* weight_;
   TensorParallel* tp_;
+  std::optional<LoraAdapter> lora_;
 };
 
 }  // namespace bb

@@ -9,18 +9,22 @@ SwiGLUMLP::SwiGLUMLP(ParamStore& store, const std::string& prefix, int64_t hidde
                      bool recompute_activation)
     : store_(&store),
       tp_(&pc.tp()),
-      gate_proj_(store, prefix + "gate_proj.weight", hidden, ffn, pc.tp()),
-      up_proj_(store, prefix + "up_proj.weight", hidden, ffn, pc.tp()),
+      gate_proj_(store, prefix + "gate_proj.weight", hidden, ffn, pc.tp(), false),
+      up_proj_(store, prefix + "up_proj.weight", hidden, ffn, pc.tp(), false),
       down_proj_(store, prefix + "down_proj.weight", ffn, hidden, pc.tp()),
       recompute_activation_(recompute_activation) {
   BB_CHECK(ffn % pc.tp().size() == 0, "intermediate_size ", ffn, " is not divisible by tp ", pc.tp().size());
   store.keep_together(gate_proj_.weight(), up_proj_.weight());
+  gate_proj_.declare_lora(store, pc.tp());
+  up_proj_.declare_lora(store, pc.tp());
 }
 
 Tensor SwiGLUMLP::forward(const Tensor& x, const SequenceLayout&, std::unique_ptr<BlockState>& state) {
   auto s = std::make_unique<Saved>();
   s->x_full = tp_->enter(x);
   s->gate_up = linear_forward(s->x_full, store_->fused_value(gate_proj_.weight(), up_proj_.weight()));
+  if (LoraAdapter* a = gate_proj_.lora()) a->forward(s->x_full, s->gate_up, 0);
+  if (LoraAdapter* a = up_proj_.lora()) a->forward(s->x_full, s->gate_up, gate_proj_.local_out());
   s->h = Tensor::empty({s->gate_up.size(0), gate_proj_.local_out()}, x.dtype(), x.device());
   ops::swiglu_forward(s->gate_up, s->h);
   Tensor y = down_proj_.forward(s->h);
@@ -43,6 +47,8 @@ Tensor SwiGLUMLP::backward(const Tensor& dy, const SequenceLayout&, std::unique_
   Tensor dx_full;
   linear_backward(d_gate_up, s.x_full, store_->fused_value(gate_proj_.weight(), up_proj_.weight()), dw, dx_full,
                   false);
+  if (LoraAdapter* a = gate_proj_.lora()) a->backward(d_gate_up, s.x_full, dx_full, 0);
+  if (LoraAdapter* a = up_proj_.lora()) a->backward(d_gate_up, s.x_full, dx_full, gate_proj_.local_out());
   state.reset();
   return tp_->enter_backward(dx_full);
 }

@@ -41,7 +41,9 @@ enum class ShardKind {
   Vocab,        // dim 0 split over tp ranks after padding to a multiple of tp
 };
 
-enum class InitKind { Normal, Ones, Zeros };
+// KaimingUniform: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = dim 1 of
+// the full tensor, torch's kaiming_uniform_(a=sqrt(5)) (peft's lora_A init).
+enum class InitKind { Normal, Ones, Zeros, KaimingUniform };
 
 // What a parameter is, for the choice of its group: dense parameters are
 // replicated over data parallelism, expert parameters over the
@@ -51,6 +53,7 @@ enum class InitKind { Normal, Ones, Zeros };
 enum class ParamClass { Dense, Expert, Buffer };
 
 class ParamGroup;
+struct LoraConfig;
 
 struct Parameter {
   std::string name;      // Hugging Face name
@@ -159,6 +162,10 @@ class ParamStore {
   Tensor fused_value(const Parameter& first, const Parameter& last) const;
   Tensor fused_grad(const Parameter& first, const Parameter& last) const;
   void zero_grads();
+  // The adapters that linear layers declare beside their weights (lora.h);
+  // null: none. Set before the modules are built.
+  void set_lora(std::shared_ptr<const LoraConfig> cfg) { lora_ = std::move(cfg); }
+  const LoraConfig* lora() const { return lora_.get(); }
 
  private:
   Tensor fused(const Tensor& flat, const Parameter& first, const Parameter& last) const;
@@ -170,6 +177,7 @@ class ParamStore {
   std::vector<bool> joined_to_next_;   // per parameter: must stay adjacent to the next one
   std::vector<std::unique_ptr<ParamGroup>> groups_;
   int64_t numel_ = 0;
+  std::shared_ptr<const LoraConfig> lora_;
 };
 
 }  // namespace bb

@@ -2,6 +2,7 @@
 #include "bumblebee/primitive/modules/parameter_init.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,27 @@ void init_normal_shard(Parameter& p, uint64_t seed, double std) {
     for (std::thread& w : workers) w.join();
   }
   p.value.copy_from(host);
+}
+
+}  // namespace bb
+
+namespace bb {
+
+void init_kaiming_uniform_shard(Parameter& p, uint64_t seed) {
+  BB_CHECK(p.full_shape.size() == 2 && (p.shard == ShardKind::Replicated || p.shard == ShardKind::Row),
+           "kaiming-uniform init of '", p.name, "' needs a replicated or row-split matrix");
+  const int64_t rows = p.full_shape[0], cols = p.full_shape[1];
+  const double bound = 1.0 / std::sqrt(double(cols));
+  Tensor full = Tensor::empty(p.full_shape, DType::F64);
+  Generator(seed).fill_uniform(full, -bound, bound);
+  Tensor local = Tensor::empty(p.local_shape, DType::F64);
+  const int64_t local_cols = p.local_shape[1];
+  const double* src = full.data<double>();
+  double* dst = local.data<double>();
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(src + r * cols + p.shard_begin * (p.shard == ShardKind::Row),
+              src + r * cols + p.shard_begin * (p.shard == ShardKind::Row) + local_cols, dst + r * local_cols);
+  p.value.copy_from(local);
 }
 
 }  // namespace bb

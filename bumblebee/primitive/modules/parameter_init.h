@@ -16,5 +16,9 @@ namespace bb {
 // p.value = std * N(0, 1) draws of generator `seed` at the full tensor's flat
 // indices of this rank's elements; vocabulary padding rows are zero.
 void init_normal_shard(Parameter& p, uint64_t seed, double std);
+// InitKind::KaimingUniform: U(-1/sqrt(cols), 1/sqrt(cols)) draws of generator
+// `seed` over the full matrix, sliced to this rank's columns (small adapter
+// matrices only: the full tensor is drawn on every rank).
+void init_kaiming_uniform_shard(Parameter& p, uint64_t seed);
 
 }  // namespace bb

@@ -26,6 +26,7 @@
 #include "bumblebee/primitive/modules/decoder_layer.h"
 #include "bumblebee/primitive/modules/linear.h"
 #include "bumblebee/primitive/modules/lm_head.h"
+#include "bumblebee/primitive/modules/lora.h"
 #include "bumblebee/primitive/modules/mla_attention.h"
 #include "bumblebee/primitive/modules/mlp.h"
 #include "bumblebee/primitive/modules/moe/grouped_experts.h"
@@ -46,6 +47,9 @@ class ModuleFixture {
   explicit ModuleFixture(std::shared_ptr<dist::ParallelState> parallel) : pc_(std::move(parallel)) {}
   ModuleFixture(const ModuleFixture&) = delete;
   ModuleFixture& operator=(const ModuleFixture&) = delete;
+
+  // LoRA adapters on the target modules of the layers made after this call.
+  void set_lora(const LoraConfig& cfg) { store_.set_lora(std::make_shared<LoraConfig>(cfg)); }
 
   int tp_rank() { return pc_.tp().rank(); }
   int tp_size() { return pc_.tp().size(); }
@@ -119,6 +123,7 @@ class ModuleFixture {
   }
 
   std::deque<Parameter>& params() { return store_.params(); }
+  ParamStore& store() { return store_; }
   Parameter& param(const std::string& name) { return store_.get(name); }
   void zero_grads() { store_.zero_grads(); }
   // Replicated parameters (norm scales) see only this rank's tokens or heads;

@@ -2,6 +2,7 @@
 #include "bumblebee/primitive/modules/moe/grouped_experts.h"
 
 #include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/modules/lora.h"
 
 namespace bb {
 
@@ -17,6 +18,9 @@ GroupedExperts::GroupedExperts(ParamStore& store, const std::string& prefix, int
   for (int64_t e = first_expert; e < first_expert + local_experts; ++e) {
     const std::string p = prefix + std::to_string(e) + ".";
     Expert x;
+    for (const char* m : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"})
+      BB_CHECK(!store.lora() || !store.lora()->targets(p + m), "peft.target_modules targets the MoE expert weight '",
+               p, m, "': LoRA on experts is not supported yet; target the attention projections");
     x.gate = &store.add(p + "gate_proj.weight", {ffn, hidden}, column, InitKind::Normal, ParamClass::Expert);
     x.up = &store.add(p + "up_proj.weight", {ffn, hidden}, column, InitKind::Normal, ParamClass::Expert);
     x.down = &store.add(p + "down_proj.weight", {hidden, ffn}, row, InitKind::Normal, ParamClass::Expert);

@@ -1,0 +1,190 @@
+// LoRA through the runtime (peft.* keys) on the qwen3_gqa fixture in float64:
+// only the adapters train (the optimizer holds state for them alone); base +
+// an adapter made by HF peft (tests/fixtures/qwen3_gqa_lora, made by
+// tests/fixtures/make_peft_fixtures.py) gives peft's logits, loss and adapter
+// gradient norms; save_peft_adapter -> peft.adapter_path is bit-identical; the
+// merged HF export (peft.merge_on_export) gives the logits of base + adapter;
+// a training checkpoint keeps the adapters.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/ckpt/safetensors.h"
+#include "bumblebee/runtime/runtime.h"
+#include "tests/model/hf_fixture.h"
+
+namespace bb {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kAllLinear = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
+
+RuntimeConfig lora_config(const std::string& adapter_path = "") {
+  RuntimeConfig cfg;
+  cfg.backend = "ref";
+  cfg.hf_path = test::fixture_dir("qwen3_gqa");
+  cfg.backend_cfg.dtype = "float64";
+  cfg.backend_cfg.peft.type = "lora";
+  cfg.backend_cfg.peft.target_modules = kAllLinear;
+  cfg.backend_cfg.peft.rank = 4;
+  cfg.backend_cfg.peft.alpha = 8.0;
+  cfg.backend_cfg.peft.adapter_path = adapter_path;
+  cfg.backend_cfg.optimizer.lr = 1e-2;
+  return cfg;
+}
+
+std::string temp_dir(const std::string& what) {
+  const fs::path dir = fs::path(testing::TempDir()) / ("bb_peft_" + what + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
+
+double max_rel_error(const std::vector<double>& ours, const std::vector<double>& theirs) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    err = std::max(err, std::abs(ours[i] - theirs[i]));
+    scale = std::max(scale, std::abs(theirs[i]));
+  }
+  return err / scale;
+}
+
+std::vector<double> adapter_values(ModelHandle& h) {
+  std::vector<double> out;
+  for (const Parameter& p : h.model().params().params())
+    if (is_lora_param(p.name)) {
+      const std::vector<double> v = p.value.to_doubles();
+      out.insert(out.end(), v.begin(), v.end());
+    }
+  return out;
+}
+
+TEST(Peft, OnlyAdaptersTrainAndTheOptimizerHoldsTheirStateAlone) {
+  auto rt = create_runtime(lora_config());
+  ModelHandle h = rt->build_model();
+  int64_t adapter_numel = 0, adapters = 0;
+  for (const Parameter& p : h.model().params().params()) {
+    EXPECT_EQ(p.requires_grad(), is_lora_param(p.name)) << p.name;
+    if (is_lora_param(p.name)) adapter_numel += shape_numel(p.local_shape), ++adapters;
+  }
+  EXPECT_EQ(adapters, 2 * 7 * 2);   // A and B of seven modules in two layers
+  int64_t state = 0;
+  for (DistributedOptimizer::GroupState& g : h.optimizer().groups()) {
+    for (const Parameter* p : g.group->params()) EXPECT_TRUE(is_lora_param(p->name)) << p->name;
+    EXPECT_EQ(g.exp_avg.numel(), g.exp_avg_sq.numel());
+    state += g.exp_avg.numel() - g.padding_in_shard;
+  }
+  EXPECT_EQ(state, adapter_numel);
+  for (const auto& g : h.model().params().groups())
+    if (!g->trainable()) EXPECT_FALSE(g->flat_grads().defined()) << g->name();
+
+  // Fresh adapters (B = 0) leave the model as loaded; a step moves only the adapters.
+  const PackedBatch batch = test::fixture_batch("qwen3_gqa");
+  const std::vector<double> base_logits = test::fixture_logits("qwen3_gqa");
+  EXPECT_LT(max_rel_error(rt->logits(h, batch).to_doubles(), base_logits), 1e-9);
+  const std::vector<double> q_before =
+      h.model().params().get("model.layers.0.self_attn.q_proj.weight").value.to_doubles();
+  auto train = rt->train_mode(h);
+  for (int step = 0; step < 2; ++step) {
+    rt->zero_grad(h);
+    rt->forward_backward(h, batch);
+    ASSERT_TRUE(rt->optimizer_step(h).update_successful);
+  }
+  EXPECT_EQ(h.model().params().get("model.layers.0.self_attn.q_proj.weight").value.to_doubles(), q_before);
+  EXPECT_NE(h.model().params().get("model.layers.0.self_attn.q_proj.lora_B.weight").value.to_doubles(),
+            std::vector<double>(48 * 4, 0.0));
+}
+
+TEST(Peft, PeftMadeAdapterMatchesPeftsLogitsLossAndGradNorms) {
+  const std::string fixture = test::fixture_dir("qwen3_gqa_lora");
+  const nlohmann::json ref = test::read_json(fixture + "/reference.json");
+  auto rt = create_runtime(lora_config(fixture));
+  ModelHandle h = rt->build_model();
+  const PackedBatch batch = test::fixture_batch("qwen3_gqa");
+  EXPECT_LT(max_rel_error(rt->logits(h, batch).to_doubles(), test::fixture_logits("qwen3_gqa_lora")), 1e-9);
+
+  auto train = rt->train_mode(h);
+  rt->zero_grad(h);
+  const ForwardResult r = rt->forward_backward(h, batch);
+  EXPECT_LT(rel(r.loss, ref["loss"].get<double>()), 1e-9);
+  double total = 0;
+  int matched = 0;
+  for (const Parameter& p : h.model().params().params()) {
+    if (!p.requires_grad()) continue;
+    const double sq = ops::sum_squares(p.grad);
+    total += sq;
+    const std::string name = "base_model.model." + p.name;
+    ASSERT_TRUE(ref["per_param_grad_norm"].contains(name)) << name;
+    EXPECT_LT(rel(std::sqrt(sq), ref["per_param_grad_norm"][name].get<double>()), 1e-8) << name;
+    ++matched;
+  }
+  EXPECT_EQ(size_t(matched), ref["per_param_grad_norm"].size());
+  EXPECT_LT(rel(std::sqrt(total), ref["grad_norm"].get<double>()), 1e-9);
+}
+
+TEST(Peft, SavedAdapterReloadsBitIdenticalAndHasPeftsNames) {
+  auto rt = create_runtime(lora_config(test::fixture_dir("qwen3_gqa_lora")));
+  ModelHandle h = rt->build_model();
+  auto train = rt->train_mode(h);
+  rt->zero_grad(h);
+  rt->forward_backward(h, test::fixture_batch("qwen3_gqa"));
+  ASSERT_TRUE(rt->optimizer_step(h).update_successful);
+  const std::string dir = temp_dir("roundtrip");
+  rt->save_peft_adapter(h, dir);
+
+  const SafetensorsFile saved = SafetensorsFile::open(dir + "/adapter_model.safetensors");
+  const SafetensorsFile peft = SafetensorsFile::open(test::fixture_dir("qwen3_gqa_lora") + "/adapter_model.safetensors");
+  EXPECT_EQ(saved.names(), peft.names());
+  const nlohmann::json config = test::read_json(dir + "/adapter_config.json");
+  EXPECT_EQ(config["peft_type"], "LORA");
+  EXPECT_EQ(config["r"], 4);
+  EXPECT_EQ(config["lora_alpha"], 8.0);
+
+  auto rt2 = create_runtime(lora_config(dir));
+  ModelHandle h2 = rt2->build_model();
+  EXPECT_EQ(adapter_values(h2), adapter_values(h));
+  fs::remove_all(dir);
+}
+
+TEST(Peft, MergedExportGivesTheLogitsOfBasePlusAdapter) {
+  RuntimeConfig cfg = lora_config(test::fixture_dir("qwen3_gqa_lora"));
+  cfg.backend_cfg.peft.merge_on_export = true;
+  cfg.export_cfg.dtype = "param";   // float64 on disk: the merge itself is what is compared
+  auto rt = create_runtime(cfg);
+  ModelHandle h = rt->build_model();
+  const PackedBatch batch = test::fixture_batch("qwen3_gqa");
+  const std::vector<double> adapted = rt->logits(h, batch).to_doubles();
+  const std::string dir = temp_dir("merged");
+  rt->save_hf_checkpoint(h, dir);
+
+  RuntimeConfig plain;
+  plain.backend = "ref";
+  plain.hf_path = dir;
+  plain.backend_cfg.dtype = "float64";
+  auto rt2 = create_runtime(plain);
+  ModelHandle h2 = rt2->build_model();
+  EXPECT_LT(max_rel_error(rt2->logits(h2, batch).to_doubles(), adapted), 1e-12);
+  fs::remove_all(dir);
+}
+
+TEST(Peft, TrainingCheckpointKeepsTheAdapters) {
+  auto rt = create_runtime(lora_config(test::fixture_dir("qwen3_gqa_lora")));
+  ModelHandle h = rt->build_model();
+  const std::string dir = temp_dir("checkpoint");
+  rt->save_checkpoint(h, dir);
+  auto rt2 = create_runtime(lora_config());
+  ModelHandle h2 = rt2->build_model();
+  EXPECT_NE(adapter_values(h2), adapter_values(h));
+  rt2->load_checkpoint(h2, dir);
+  EXPECT_EQ(adapter_values(h2), adapter_values(h));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace bb
