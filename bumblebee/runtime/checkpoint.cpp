@@ -114,12 +114,19 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
   }
   ps.world().barrier();
   write_hf_model(h, tmp + "/model", "param", {}, false);
-  if (st.chunks.front()->params().lora()) save_peft_adapter(h, tmp + "/adapter");
+  const bool lora = st.chunks.front()->params().lora() != nullptr;
+  if (lora) save_peft_adapter(h, tmp + "/adapter");
   DistributedOptimizer& opt = *st.optimizer;
   nlohmann::json tensors;   // per optimizer part: name -> global shape and dtype
   for (const OptimizerPart& part : kOptimizerParts) {
     const std::string out = tmp + "/optimizer/" + part.name;
     StateAsParams view(opt, part.state, true);
+    if (lora) {
+      // Under LoRA only the adapters train: their state is an adapter folder
+      // (the base weights the model export would stream are frozen).
+      save_peft_adapter(h, out + "/adapter");
+      continue;
+    }
     std::optional<HFCheckpointWriter> writer;
     if (root) writer.emplace(out, cfg_.export_cfg.max_shard_bytes);
     nlohmann::json& recorded = tensors[part.name] = nlohmann::json::object();
@@ -205,10 +212,15 @@ int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
   }
   DistributedOptimizer& opt = *st.optimizer;
   for (const OptimizerPart& part : kOptimizerParts) {
-    const HFCheckpoint ck = HFCheckpoint::open(dir + "/optimizer/" + part.name);
-    check_covered(state.at("optimizer_tensors").at(part.name), ck, dir);
+    const std::string part_dir = dir + "/optimizer/" + part.name;
     StateAsParams view(opt, part.state, false);
-    for (auto& chunk : st.chunks) st.protocol->load_hf_weights(*chunk, ck);
+    if (const LoraConfig* lora = st.chunks.front()->params().lora()) {
+      for (auto& chunk : st.chunks) load_peft_adapter(chunk->params(), part_dir + "/adapter", *lora, chunk->layers());
+    } else {
+      const HFCheckpoint ck = HFCheckpoint::open(part_dir);
+      check_covered(state.at("optimizer_tensors").at(part.name), ck, dir);
+      for (auto& chunk : st.chunks) st.protocol->load_hf_weights(*chunk, ck);
+    }
     for (size_t i = 0; i < opt.groups().size(); ++i) opt.scatter_state(opt.groups()[i], part.state, view.state(i));
   }
   opt.set_steps_taken(state.at("steps_taken").get<int64_t>());
