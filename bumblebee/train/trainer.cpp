@@ -195,8 +195,10 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
       events->add_scalars(step, {{"train/loss", float(r.loss)}, {"train/grad_norm", float(s.grad_norm)},
                                  {"train/lr", float(lr)}, {"train/tokens_per_s", float(tokens_per_s)}});
       if (step % tr.log_interval == 0 || step == 1 || step == tr.steps)
-        std::printf("step %6lld/%lld | loss %.4f | grad_norm %.3f | lr %.3e | tokens/s %.0f | elapsed %.1fs%s\n",
-                    (long long)step, (long long)tr.steps, r.loss, s.grad_norm, lr, tokens_per_s, elapsed,
+        std::printf("step %6lld/%lld | loss %.4f | grad_norm %.3f | lr %.3e | tokens/s %.0f | trained tokens %lld"
+                    " | elapsed %.1fs%s\n",
+                    (long long)step, (long long)tr.steps, r.loss, s.grad_norm, lr, tokens_per_s,
+                    (long long)r.num_tokens, elapsed,
                     s.update_successful ? "" : " | update skipped (non-finite gradient)");
       std::fflush(stdout);
     }
