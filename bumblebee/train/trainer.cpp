@@ -10,6 +10,7 @@
 #include <numeric>
 #include <optional>
 
+#include "bumblebee/core/device_memory.h"
 #include "bumblebee/core/error.h"
 #include "bumblebee/distributed/world.h"
 #include "bumblebee/runtime/checkpoint_files.h"
@@ -249,6 +250,8 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
       // Speed and times are of this part of the run only.
       {"tokens_per_s", part_tokens / train_seconds},
       {"train_loop_s", loop_seconds},
+      // Rank 0's device-memory high-water mark over the run (weights, gradients, optimizer state, activations).
+      {"peak_mem_gb", double(device_peak_bytes(rt->device())) / double(1ull << 30)},
       {"wall_time_s", seconds_since(t_start)},
       {"output_dir", out_dir}};
   if (root) {
