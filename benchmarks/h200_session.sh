@@ -224,6 +224,9 @@ PY
       python3 benchmarks/parity/compare_runs.py --loss-bound 0.02 hf="$LOGS/moe_parity_hf.json" \
         bb_fp32_residual="$LOGS/moe_parity_bb_resfp32.json" bb_bf16_residual="$LOGS/moe_parity_bb_resbf16.json" ;;
     sft)
+      # bb-train tokenises data/chat.jsonl: a build without PCRE2 cannot load a tokenizer.json.
+      grep -q "PCRE2 ON" "$LOGS/cmake.log" || echo "sft: this build has no PCRE2 (libpcre2-dev); bb-train cannot load" \
+        "data/tokenizer.json here: unpack libpcre2-dev (and libutf8proc-dev) into .deps/usr and carry it"
       for r in ${SFT_RECIPES:-qwen3_1.7b_sft_full qwen3_1.7b_sft_lora}; do
         timeout 400 $bin/bb-train recipe=recipes/$r.json model.hf_path=configs/qwen3-1.7b model.load_hf_weights=false \
           data.tokenizer=data/tokenizer.json data.chat_template=qwen3 train.steps=${SFT_STEPS:-8} train.eval_batches=0 \
