@@ -172,8 +172,9 @@ std::string error_of(const std::function<void()>& f) {
 TEST(SftData, MessagesAreRenderedByTheChatTemplateWithAssistantOnlyLoss) {
   BB_SKIP_WITHOUT_PCRE2();
   bb::test::TempDir dir;
-  DataRecipe data = messages_recipe(dir, {R"({"messages": [{"role": "system", "content": "Be brief."},
-      {"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]})"});
+  DataRecipe data = messages_recipe(dir, {R"({"messages": [{"role": "system", "content": "Be brief."}, )"
+                                          R"({"role": "user", "content": "Hi?"}, )"
+                                          R"({"role": "assistant", "content": "Hello."}]})"});
   // Recognised from tokenizer_config.json beside the tokenizer: Qwen3's template text.
   std::ofstream(dir / "tokenizer_config.json")
       << nlohmann::json({{"chat_template", nlohmann::json::parse(bb::test::read_file(
