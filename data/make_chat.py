@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes data/chat.jsonl: conversations in HF's chat format built from data/corpus.jsonl, for the SFT recipes.
 
-Each of the first 160 documents gives one conversation: a fixed system message, then for each of its first three
+Each of the first 160 documents gives one conversation: a fixed system message, then for each of its first two
 paragraphs that split (first sentence of at least 16 characters ending in '.', '?' or '!' and a rest) a user turn
 asking for the continuation of the first sentence and an assistant turn answering with the rest. Deterministic, no
 randomness:  python3 data/make_chat.py
@@ -37,7 +37,7 @@ def main():
                 continue
             messages.append({"role": "user", "content": "Continue: " + pair[0]})
             messages.append({"role": "assistant", "content": pair[1]})
-            if len(messages) == 7:
+            if len(messages) == 5:
                 break
         if len(messages) > 1:
             out.append({"messages": messages})

@@ -109,8 +109,8 @@ TEST(BBTrain, TinySftTrainsOnResponsesAndSavesTheModel) {
 
 TEST(BBTrain, TinyChatSftTrainsOnAssistantTurns) {
   const std::string out = fresh_dir("sft_chat");
-  const Result r = run("recipe=recipes/qwen3_tiny_sft_chat.json train.steps=30 train.log_interval=1 "
-                       "train.eval_interval=30 train.eval_batches=1 output.dir=" + out);
+  const Result r = run("recipe=recipes/qwen3_tiny_sft_chat.json train.steps=20 train.log_interval=1 "
+                       "train.eval_interval=20 train.eval_batches=1 output.dir=" + out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("sft data: 155 documents"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(messages, chat template qwen3)"), std::string::npos) << r.out;
@@ -127,7 +127,7 @@ TEST(BBTrain, TinyChatSftTrainsOnAssistantTurns) {
     EXPECT_GT(j["loss_tokens"].get<int64_t>(), 0);
     EXPECT_LT(j["loss_tokens"].get<int64_t>(), j["tokens"].get<int64_t>());
   }
-  EXPECT_EQ(steps, 30);
+  EXPECT_EQ(steps, 20);
 }
 
 TEST(BBTrain, UnknownOverrideNamesTheNearestKey) {
