@@ -176,6 +176,9 @@ ConversationTurn chatml_turn(const Tokenizer& tokenizer, const std::string& prom
   return {ids("<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n"), ids(response + "<|im_end|>\n")};
 }
 
+namespace {
+
+// data.chat_template, or the family of the tokenizer_config.json beside data.tokenizer.
 ChatTemplate resolve_chat_template(const DataRecipe& data) {
   if (!data.chat_template.empty()) return chat_template_from_name(data.chat_template);
   const std::string config =
@@ -184,6 +187,8 @@ ChatTemplate resolve_chat_template(const DataRecipe& data) {
            " (beside data.tokenizer) does not exist; set data.chat_template=qwen3|llama3|llama3.1|chatml");
   return chat_template_from_tokenizer_config(config);
 }
+
+}  // namespace
 
 std::unique_ptr<TrainData> make_sft_data(const Tokenizer& tokenizer, const DataRecipe& data,
                                          const TrainRecipe& train, int64_t vocab_size, DataRank dp) {
