@@ -23,6 +23,10 @@
 #             (12 layers) mb 2, 30B-A3B (4 layers) mb 2, and HF transformers on 30B-A3B (4 layers, grouped_mm
 #             experts); PEERS picks runs (tt-0.6b tt-1.7b tt-8b tt-30b-a3b hf-30b-a3b), PEER_STEPS the timed
 #             steps (default 5); compiling takes minutes a run, so one 10-minute call holds about two of them
+#   sft       bb-train SFT on the Qwen3-1.7B architecture (random init, data/chat.jsonl in Qwen3's chat template,
+#             seq 4096, 8 rows a step, SFT_STEPS steps, default 8): full fine-tuning (recipes/qwen3_1.7b_sft_full.json)
+#             and LoRA rank 16 on all linear layers (recipes/qwen3_1.7b_sft_lora.json; needs the peft.* keys);
+#             tokens/s, trained tokens and peak memory (final_metrics.json) into results.jsonl
 #   gpu_unit  the CPU test binary's cases that need a GPU (NCCL on one GPU, CUDA dispatch), which skip in CI
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
@@ -32,7 +36,7 @@
 #   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
-# Stages bench, moe_bench, longctx, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
+# Stages bench, moe_bench, longctx, sft, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
 # peers and baseline alone skip building bb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +77,7 @@ if [ $needs_bb = 1 ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$LOGS/cmake.log" 2>&1 || { tail -30 "$LOGS/cmake.log"; exit 1; }
   grep "Bumblebee:" "$LOGS/cmake.log"
   targets="bb_cuda_ops bb-bench bb-correctness"
+  case " $stages " in *" sft "*) targets="$targets bb-train" ;; esac
   case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
   case " $stages " in *" gpu_unit "*) targets="$targets bb_tests" ;; esac
   ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
@@ -231,6 +236,28 @@ PY
         done
         timeout 120 $py benchmarks/parity/hf_load_check.py check --out $d --model $m 2>> "$LOGS/hfload_$m.log" | tee -a "$results" ||
           tail -5 "$LOGS/hfload_$m.log"
+      done ;;
+    sft)
+      # bb-train tokenises data/chat.jsonl: a build without PCRE2 cannot load a tokenizer.json.
+      grep -q "PCRE2 ON" "$LOGS/cmake.log" || echo "sft: this build has no PCRE2 (libpcre2-dev); bb-train cannot load" \
+        "data/tokenizer.json here: unpack libpcre2-dev (and libutf8proc-dev) into .deps/usr and carry it"
+      for r in ${SFT_RECIPES:-qwen3_1.7b_sft_full qwen3_1.7b_sft_lora}; do
+        timeout 400 $bin/bb-train recipe=recipes/$r.json model.hf_path=configs/qwen3-1.7b model.load_hf_weights=false \
+          data.tokenizer=data/tokenizer.json data.chat_template=qwen3 train.steps=${SFT_STEPS:-8} train.eval_batches=0 \
+          train.log_interval=1 output.save_hf=false output.dir="$LOGS/sft_$r" > "$LOGS/sft_$r.log" 2>&1 || echo "$r: exit $?"
+        grep -E "^sft data|^step" "$LOGS/sft_$r.log" | tail -3; tail -1 "$LOGS/sft_$r.log"
+        [ -f "$LOGS/sft_$r/final_metrics.json" ] && python3 - "$LOGS/sft_$r" "$r" >> "$results" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1] + "/final_metrics.json"))
+steps = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if '"train"' in l]
+timed = steps[2:] or steps   # the first two steps warm up (allocator pool, cuBLASLt heuristics)
+tok_per_s = sum(s["tokens"] for s in timed) / sum(s["step_time_s"] for s in timed)
+print(json.dumps({"runner": "bb-train", "run": sys.argv[2], "model": "qwen3-1.7b", "seq_len": 4096,
+                  "steps": m["steps"], "tok_per_s": tok_per_s, "peak_mem_gb": m["peak_mem_gb"],
+                  "num_parameters": m["num_parameters"],
+                  "trained_tokens_per_step": sum(s["loss_tokens"] for s in steps) / max(len(steps), 1),
+                  "tokens_per_step": sum(s["tokens"] for s in steps) / max(len(steps), 1)}))
+PY
       done ;;
     gpu_unit)
       timeout 120 $bin/bb_tests --gtest_filter="${GPU_UNIT_FILTER:-NcclOneGpu*:*Cuda*:*CUDA*}" > "$LOGS/gpu_unit.log" 2>&1

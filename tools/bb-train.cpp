@@ -6,7 +6,7 @@
 // FILE.json is a recipe (bumblebee/train/recipe.h, docs/training.md);
 // each dotted key=value overrides one recipe key, e.g.
 //   bb-train recipe=recipes/qwen3_tiny_pretrain.json train.steps=50 output.dir=/tmp/run
-// Each step prints loss, grad_norm, lr, tokens/s and elapsed time and is logged
+// Each step prints loss, grad_norm, lr, tokens/s, trained (loss) tokens and elapsed time and is logged
 // to OUT/metrics.jsonl and a TensorBoard event file; validation runs every
 // train.eval_interval steps; the run ends with OUT/loss.svg and
 // OUT/final_metrics.json. Under mpirun / bbrun every rank runs it; rank 0 writes.

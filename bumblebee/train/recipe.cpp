@@ -85,7 +85,11 @@ std::vector<RecipeKey> build_keys() {
       {"data.jsonl_key", T::String, "text", "field of each JSONL line holding the document text"},
       {"data.sft_format", T::String, "paragraphs",
        "sft: paragraphs (prompt = first sentence of a paragraph, response = the rest) or prompt_response "
-       "(lines with \"prompt\" and \"response\" fields)"},
+       "(lines with \"prompt\" and \"response\" fields, one ChatML turn) or messages (lines with HF's \"messages\": "
+       "[{\"role\", \"content\"}, ...], rendered by the chat template)"},
+      {"data.chat_template", T::String, "",
+       "sft_format=messages: chatml | qwen3 | llama3 | llama3.1; empty: recognised from the chat_template of the "
+       "tokenizer_config.json beside data.tokenizer"},
       {"data.prefixes", T::StringList, json::array(), "pretrain: Megatron indexed datasets PREFIX(.bin/.idx)"},
       {"data.blend", T::FloatList, json::array(), "weights of data.prefixes (empty: equal weights)"},
       {"data.seq_len", T::Int, 1024, "tokens per sample (pretrain) or per packed row (sft)"},
@@ -403,7 +407,10 @@ Recipe recipe_from_json(const json& resolved) {
   d.jsonl = r.str("data.jsonl");
   d.jsonl_key = r.str("data.jsonl_key");
   d.sft_format = r.str("data.sft_format");
-  check_choice("data.sft_format", d.sft_format, {"paragraphs", "prompt_response"});
+  check_choice("data.sft_format", d.sft_format, {"paragraphs", "prompt_response", "messages"});
+  d.chat_template = r.str("data.chat_template");
+  if (!d.chat_template.empty())
+    check_choice("data.chat_template", d.chat_template, {"chatml", "qwen3", "llama3", "llama3.1"});
   d.prefixes = r.raw("data.prefixes").get<std::vector<std::string>>();
   d.blend = r.raw("data.blend").get<std::vector<double>>();
   d.seq_len = r.integer("data.seq_len");

@@ -53,7 +53,8 @@ struct DataRecipe {
   std::string kind;                   // pretrain | sft
   std::string tokenizer;              // tokenizer.json path (default: model.hf_path/tokenizer.json)
   std::string jsonl, jsonl_key;       // a JSONL corpus, tokenised into the run directory
-  std::string sft_format;             // sft: paragraphs | prompt_response
+  std::string sft_format;             // sft: paragraphs | prompt_response | messages
+  std::string chat_template;          // sft messages: chatml | qwen3 | llama3 | llama3.1; empty: tokenizer_config.json
   std::vector<std::string> prefixes;  // pretrain: Megatron indexed datasets (PREFIX.bin/.idx)
   std::vector<double> blend;          // weights of the prefixes (empty: equal)
   int64_t seq_len = 0;

@@ -1,6 +1,7 @@
 // SFT TrainData: JSONL -> conversations -> packed rows -> per-step batches.
 #include "bumblebee/train/sft_data.h"
 
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <numeric>
@@ -11,6 +12,7 @@
 #include "bumblebee/core/error.h"
 #include "bumblebee/core/input_file.h"
 #include "bumblebee/core/rng.h"
+#include "bumblebee/data/chat_template.h"
 #include "bumblebee/data/gpt_dataset.h"
 
 namespace bb::train {
@@ -50,11 +52,35 @@ std::string string_field(const nlohmann::json& doc, const std::string& key, cons
   return doc[key].get<std::string>();
 }
 
+// A line's "messages": a non-empty array of {"role", "content"[, "reasoning_content"]} objects.
+std::vector<ChatMessage> chat_messages(const nlohmann::json& doc, const std::string& path, size_t index) {
+  BB_CHECK(doc.contains("messages") && doc["messages"].is_array() && !doc["messages"].empty(), path, " document ",
+           index + 1, ": no non-empty \"messages\" array");
+  std::vector<ChatMessage> out;
+  for (const nlohmann::json& m : doc["messages"]) {
+    auto field = [&](const char* key, bool required) {
+      const bool present = m.is_object() && m.contains(key);
+      BB_CHECK(present ? m[key].is_string() : !required, path, " document ", index + 1, " message ", out.size() + 1,
+               ": no string field \"", key, "\"");
+      return present ? m[key].get<std::string>() : std::string();
+    };
+    out.push_back({field("role", true), field("content", true), field("reasoning_content", false)});
+  }
+  return out;
+}
+
 // The conversations of one document.
 std::vector<Conversation> document_conversations(const Tokenizer& tok, const nlohmann::json& doc,
-                                                 const DataRecipe& data, size_t index) {
+                                                 const DataRecipe& data, ChatTemplate chat, size_t index) {
   std::vector<Conversation> out;
-  if (data.sft_format == "prompt_response") {
+  if (data.sft_format == "messages") {
+    const std::vector<ChatMessage> messages = chat_messages(doc, data.jsonl, index);
+    try {
+      out.push_back(tokenize_chat(tok, chat, messages));
+    } catch (const Error& e) {
+      BB_FAIL(data.jsonl, " document ", index + 1, ": ", e.what());
+    }
+  } else if (data.sft_format == "prompt_response") {
     out.push_back({chatml_turn(tok, string_field(doc, "prompt", data.jsonl, index),
                                string_field(doc, "response", data.jsonl, index))});
   } else {
@@ -150,8 +176,23 @@ ConversationTurn chatml_turn(const Tokenizer& tokenizer, const std::string& prom
   return {ids("<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n"), ids(response + "<|im_end|>\n")};
 }
 
+namespace {
+
+// data.chat_template, or the family of the tokenizer_config.json beside data.tokenizer.
+ChatTemplate resolve_chat_template(const DataRecipe& data) {
+  if (!data.chat_template.empty()) return chat_template_from_name(data.chat_template);
+  const std::string config =
+      (std::filesystem::path(data.tokenizer).parent_path() / "tokenizer_config.json").string();
+  BB_CHECK(std::filesystem::exists(config), "data.sft_format=messages needs a chat template: ", config,
+           " (beside data.tokenizer) does not exist; set data.chat_template=qwen3|llama3|llama3.1|chatml");
+  return chat_template_from_tokenizer_config(config);
+}
+
+}  // namespace
+
 std::unique_ptr<TrainData> make_sft_data(const Tokenizer& tokenizer, const DataRecipe& data,
                                          const TrainRecipe& train, int64_t vocab_size, DataRank dp) {
+  const ChatTemplate chat = data.sft_format == "messages" ? resolve_chat_template(data) : ChatTemplate::ChatML;
   const std::vector<nlohmann::json> docs = read_jsonl(data.jsonl);
   BB_CHECK(!docs.empty(), "data.jsonl ", data.jsonl, " holds no documents");
   const auto parts = split_documents(int64_t(docs.size()), {data.train_fraction, data.valid_fraction});
@@ -160,7 +201,7 @@ std::unique_ptr<TrainData> make_sft_data(const Tokenizer& tokenizer, const DataR
   for (int split = 0; split < 2; ++split) {
     std::vector<Conversation> convs;
     for (int64_t d : parts[size_t(split)]) {
-      for (Conversation& c : document_conversations(tokenizer, docs[size_t(d)], data, size_t(d))) {
+      for (Conversation& c : document_conversations(tokenizer, docs[size_t(d)], data, chat, size_t(d))) {
         for (const ConversationTurn& t : c)
           for (const auto* ids : {&t.prompt, &t.response})
             for (int64_t id : *ids)
@@ -187,7 +228,9 @@ std::unique_ptr<TrainData> make_sft_data(const Tokenizer& tokenizer, const DataR
   }
   std::ostringstream desc;
   desc << "sft data: " << docs.size() << " documents -> " << conversations[0] << " train / " << conversations[1]
-       << " valid conversations (" << data.sft_format << ") packed into " << rows[0].size() << " / "
+       << " valid conversations (" << data.sft_format
+       << (data.sft_format == "messages" ? std::string(", chat template ") + chat_template_name(chat) : "")
+       << ") packed into " << rows[0].size() << " / "
        << rows[1].size() << " rows of <= " << data.seq_len << " tokens; " << truncated
        << " conversations cut to seq_len; " << global << " rows per step, " << std::fixed << std::setprecision(2)
        << double(train.steps * global) / double(rows[0].size()) << " epochs";

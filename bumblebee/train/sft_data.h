@@ -4,8 +4,12 @@
 //   paragraphs       each paragraph (text between blank lines) of each document's
 //                    data.jsonl_key text is one conversation: prompt = its first
 //                    sentence, response = the rest;
-//   prompt_response  each line holds "prompt" and "response" strings.
-// A turn is written in the ChatML template of Qwen:
+//   prompt_response  each line holds "prompt" and "response" strings;
+//   messages         each line holds HF's chat format, {"messages": [{"role": "system"|"user"|"assistant",
+//                    "content": ...}, ...]}, rendered by data.chat_template (or the family recognised from the
+//                    tokenizer_config.json beside data.tokenizer; bumblebee/data/chat_template.h) with the loss on
+//                    the assistant turns and their end-of-turn tokens only.
+// A paragraphs or prompt_response turn is written in the ChatML template of Qwen:
 //   prompt   = "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n"
 //   response = response + "<|im_end|>\n"          (only these tokens are trained on)
 // Documents (lines) are split into train and valid by data.split before any

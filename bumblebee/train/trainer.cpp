@@ -10,6 +10,7 @@
 #include <numeric>
 #include <optional>
 
+#include "bumblebee/core/device_memory.h"
 #include "bumblebee/core/error.h"
 #include "bumblebee/distributed/world.h"
 #include "bumblebee/runtime/checkpoint_files.h"
@@ -195,8 +196,10 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
       events->add_scalars(step, {{"train/loss", float(r.loss)}, {"train/grad_norm", float(s.grad_norm)},
                                  {"train/lr", float(lr)}, {"train/tokens_per_s", float(tokens_per_s)}});
       if (step % tr.log_interval == 0 || step == 1 || step == tr.steps)
-        std::printf("step %6lld/%lld | loss %.4f | grad_norm %.3f | lr %.3e | tokens/s %.0f | elapsed %.1fs%s\n",
-                    (long long)step, (long long)tr.steps, r.loss, s.grad_norm, lr, tokens_per_s, elapsed,
+        std::printf("step %6lld/%lld | loss %.4f | grad_norm %.3f | lr %.3e | tokens/s %.0f | trained tokens %lld"
+                    " | elapsed %.1fs%s\n",
+                    (long long)step, (long long)tr.steps, r.loss, s.grad_norm, lr, tokens_per_s,
+                    (long long)r.num_tokens, elapsed,
                     s.update_successful ? "" : " | update skipped (non-finite gradient)");
       std::fflush(stdout);
     }
@@ -251,6 +254,8 @@ nlohmann::json run_training(const Recipe& recipe, const std::string& recipe_name
       // Speed and times are of this part of the run only.
       {"tokens_per_s", part_tokens / train_seconds},
       {"train_loop_s", loop_seconds},
+      // Rank 0's device-memory high-water mark over the run (weights, gradients, optimizer state, activations).
+      {"peak_mem_gb", double(device_peak_bytes(rt->device())) / double(1ull << 30)},
       {"wall_time_s", seconds_since(t_start)},
       {"output_dir", out_dir}};
   if (root) {

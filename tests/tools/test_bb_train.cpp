@@ -107,6 +107,29 @@ TEST(BBTrain, TinySftTrainsOnResponsesAndSavesTheModel) {
   EXPECT_TRUE(std::filesystem::exists(out + "/hf/model.safetensors"));
 }
 
+TEST(BBTrain, TinyChatSftTrainsOnAssistantTurns) {
+  const std::string out = fresh_dir("sft_chat");
+  const Result r = run("recipe=recipes/qwen3_tiny_sft_chat.json train.steps=20 train.log_interval=1 "
+                       "train.eval_interval=20 train.eval_batches=1 output.dir=" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("sft data: 155 documents"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(messages, chat template qwen3)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| trained tokens "), std::string::npos) << r.out;
+  const nlohmann::json m = read_json(out + "/final_metrics.json");
+  EXPECT_LT(m["final_train_loss_avg10"].get<double>(), m["first_train_loss"].get<double>() - 0.5) << r.out;
+  // Assistant turns only: fewer trained tokens than tokens in every step.
+  std::ifstream lines(out + "/metrics.jsonl");
+  int64_t steps = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j["type"] != "train") continue;
+    ++steps;
+    EXPECT_GT(j["loss_tokens"].get<int64_t>(), 0);
+    EXPECT_LT(j["loss_tokens"].get<int64_t>(), j["tokens"].get<int64_t>());
+  }
+  EXPECT_EQ(steps, 20);
+}
+
 TEST(BBTrain, UnknownOverrideNamesTheNearestKey) {
   const Result r = run("recipe=recipes/qwen3_tiny_pretrain.json train.step=5");
   EXPECT_EQ(r.code, 1);

@@ -162,7 +162,8 @@ TEST(Recipe, InconsistentValuesAreErrors) {
 }
 
 TEST(Recipe, ShippedRecipesUseOnlyValidKeys) {
-  for (const char* name : {"qwen3_tiny_pretrain", "qwen3_tiny_sft", "qwen3_1.7b_pretrain", "llama3_8b_pretrain"}) {
+  for (const char* name : {"qwen3_tiny_pretrain", "qwen3_tiny_sft", "qwen3_tiny_sft_chat", "qwen3_1.7b_pretrain",
+                           "llama3_8b_pretrain", "qwen3_1.7b_sft_full"}) {
     json r = default_recipe_json();
     const std::string path = std::string(BB_SOURCE_DIR "/recipes/") + name + ".json";
     EXPECT_EQ(error_of([&] { merge_recipe_json(r, read_json(path), path); }), "") << name;
@@ -170,7 +171,8 @@ TEST(Recipe, ShippedRecipesUseOnlyValidKeys) {
 }
 
 TEST(Recipe, TinyRecipesResolve) {
-  for (const auto& [name, seq_len] : {std::pair{"qwen3_tiny_pretrain", 128}, {"qwen3_tiny_sft", 256}}) {
+  for (const auto& [name, seq_len] :
+       {std::pair{"qwen3_tiny_pretrain", 128}, {"qwen3_tiny_sft", 256}, {"qwen3_tiny_sft_chat", 512}}) {
     json r = default_recipe_json();
     merge_recipe_json(r, read_json(std::string(BB_SOURCE_DIR "/recipes/") + name + ".json"), name);
     apply_recipe_override(r, "model.hf_path", BB_SOURCE_DIR "/configs/qwen3-tiny");
@@ -180,6 +182,23 @@ TEST(Recipe, TinyRecipesResolve) {
     EXPECT_EQ(rec.data.seq_len, seq_len) << name;
     EXPECT_FALSE(rec.runtime.backend_cfg.load_hf_weights) << name;
     EXPECT_EQ(rec.runtime.backend_cfg.device, "cpu") << name;
+  }
+}
+
+// The LoRA SFT recipes are the full fine-tuning recipe plus a "peft" section (the peft.* keys of LoRA): without
+// it they use only valid keys.
+TEST(Recipe, LoraSftRecipesAreFullRecipesWithPeftKeys) {
+  for (const char* name : {"qwen3_1.7b_sft_lora", "llama3_8b_sft_lora"}) {
+    json file = read_json(std::string(BB_SOURCE_DIR "/recipes/") + name + ".json");
+    ASSERT_TRUE(file.contains("peft")) << name;
+    EXPECT_EQ(file["peft"]["type"], "lora");
+    EXPECT_EQ(file["peft"]["rank"], 16);
+    EXPECT_EQ(file["peft"]["alpha"], 32);
+    EXPECT_EQ(file["peft"]["target_modules"], "all-linear");
+    file.erase("peft");
+    json r = default_recipe_json();
+    EXPECT_EQ(error_of([&] { merge_recipe_json(r, file, name); }), "") << name;
+    EXPECT_EQ(file["data"]["sft_format"], "messages") << name;
   }
 }
 

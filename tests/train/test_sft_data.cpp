@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "bumblebee/core/error.h"
 #include "bumblebee/train/sft_data.h"
@@ -130,6 +133,90 @@ TEST(SftData, TokensOutsideTheVocabularyAreAnError) {
   } catch (const bb::Error& e) {
     EXPECT_NE(std::string(e.what()).find("outside the model's vocabulary of 100"), std::string::npos) << e.what();
   }
+}
+
+// A messages corpus of `lines` in dir/chat.jsonl, read with the tokenizer at dir/tokenizer.json.
+DataRecipe messages_recipe(const bb::test::TempDir& dir, const std::vector<std::string>& lines) {
+  {
+    std::ofstream f(dir / "chat.jsonl");
+    for (const std::string& l : lines) f << l << "\n";
+    std::ofstream(dir / "tokenizer.json") << bb::test::read_file(BB_SOURCE_DIR "/data/tokenizer.json");
+  }
+  DataRecipe data;
+  data.kind = "sft";
+  data.tokenizer = dir / "tokenizer.json";
+  data.jsonl = dir / "chat.jsonl";
+  data.sft_format = "messages";
+  data.seq_len = 128;
+  data.train_fraction = 1;
+  return data;
+}
+
+TrainRecipe one_row_steps() {
+  TrainRecipe train;
+  train.steps = 1;
+  train.micro_batch_size = 1;
+  train.num_microbatches = 1;
+  return train;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const bb::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SftData, MessagesAreRenderedByTheChatTemplateWithAssistantOnlyLoss) {
+  BB_SKIP_WITHOUT_PCRE2();
+  bb::test::TempDir dir;
+  DataRecipe data = messages_recipe(dir, {R"({"messages": [{"role": "system", "content": "Be brief."}, )"
+                                          R"({"role": "user", "content": "Hi?"}, )"
+                                          R"({"role": "assistant", "content": "Hello."}]})"});
+  // Recognised from tokenizer_config.json beside the tokenizer: Qwen3's template text.
+  std::ofstream(dir / "tokenizer_config.json")
+      << nlohmann::json({{"chat_template", nlohmann::json::parse(bb::test::read_file(
+                             BB_SOURCE_DIR "/tests/fixtures/chat/expected.json"))["templates"]["qwen3"]}})
+             .dump();
+  const bb::Tokenizer tok = tokenizer();
+  const auto d = make_sft_data(tok, data, one_row_steps(), tok.vocab_size(), {0, 1});
+  EXPECT_NE(d->description().find("chat template qwen3"), std::string::npos) << d->description();
+  const bb::PackedBatch b = d->train_batch(0);
+  std::vector<int32_t> all(b.input_ids.begin(), b.input_ids.end()), trained;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (b.loss_mask[i] > 0) trained.push_back(all[i]);
+  EXPECT_EQ(tok.decode(all), "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi?<|im_end|>\n"
+                             "<|im_start|>assistant\n<think>\n\n</think>\n\nHello.<|im_end|>\n");
+  EXPECT_EQ(tok.decode(trained), "<think>\n\n</think>\n\nHello.<|im_end|>");
+  // data.chat_template overrides the tokenizer's.
+  data.chat_template = "chatml";
+  const auto c = make_sft_data(tok, data, one_row_steps(), tok.vocab_size(), {0, 1});
+  const bb::PackedBatch cb = c->train_batch(0);
+  EXPECT_EQ(tok.decode(std::vector<int32_t>(cb.input_ids.begin(), cb.input_ids.end())),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi?<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n");
+}
+
+TEST(SftData, BadMessagesAreErrorsNamingTheDocument) {
+  BB_SKIP_WITHOUT_PCRE2();
+  bb::test::TempDir dir;
+  const bb::Tokenizer tok = tokenizer();
+  auto error = [&](const std::string& line, const std::string& chat_template) {
+    DataRecipe data = messages_recipe(dir, {R"({"messages": [{"role": "user", "content": "ok"}]})", line});
+    data.chat_template = chat_template;
+    return error_of([&] { make_sft_data(tok, data, one_row_steps(), tok.vocab_size(), {0, 1}); });
+  };
+  EXPECT_NE(error(R"({"messages": [{"role": "tool", "content": "{}"}]})", "qwen3").find("document 2: chat message 1 "
+            "has role \"tool\""), std::string::npos);
+  EXPECT_NE(error(R"({"messages": [{"role": "user"}]})", "qwen3").find("document 2 message 1: no string field "
+            "\"content\""), std::string::npos);
+  EXPECT_NE(error(R"({"prompt": "a", "response": "b"})", "llama3").find("document 2: no non-empty \"messages\""),
+            std::string::npos);
+  // No data.chat_template and no tokenizer_config.json: the error says what to set.
+  EXPECT_NE(error(R"({"messages": [{"role": "user", "content": "x"}]})", "").find("data.chat_template="),
+            std::string::npos);
 }
 
 }  // namespace
