@@ -74,6 +74,11 @@ class DistributedOptimizer {
   // One entry per trainable group, in the store's group order (checkpoints
   // save and restore master, exp_avg and exp_avg_sq of each).
   std::vector<GroupState>& groups() { return groups_; }
+  // What an offload moves: the master weights and Adam moments (without the
+  // master when it is the parameters themselves), and the reduced-gradient
+  // shards. Views sharing the live buffers.
+  std::vector<Tensor> state_tensors() const;
+  std::vector<Tensor> grad_shards() const;
   // Refresh the master slices from the parameters (after loading weights).
   void reload_master_from_params();
 
