@@ -27,6 +27,8 @@
 #             seq 4096, 8 rows a step, SFT_STEPS steps, default 8): full fine-tuning (recipes/qwen3_1.7b_sft_full.json)
 #             and LoRA rank 16 on all linear layers (recipes/qwen3_1.7b_sft_lora.json; needs the peft.* keys);
 #             tokens/s, trained tokens and peak memory (final_metrics.json) into results.jsonl
+#   offload   bb-bench on the Qwen3-1.7B architecture, then its state offloaded to pinned host memory and
+#             back (Runtime::to): seconds each way and the driver's free device memory before and after
 #   gpu_unit  the CPU test binary's cases that need a GPU (NCCL on one GPU, CUDA dispatch), which skip in CI
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
@@ -36,7 +38,7 @@
 #   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
-# Stages bench, moe_bench, longctx, sft, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
+# Stages bench, offload, moe_bench, longctx, sft, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
 # peers and baseline alone skip building bb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -128,6 +130,13 @@ print(f"{sys.argv[3]:18s} bf16 vs HF f64: loss {rel(o['loss'], ref['loss']):.2e}
       f"max per-param {pp:.2e} 5-step losses {max(rel(a, b) for a, b in zip(o['losses'], ref['losses'])):.2e}")
 PY
       done ;;
+    offload)
+      timeout 300 $bin/bb-bench hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 \
+        bench.num_microbatches=2 bench.steps=2 bench.warmup=1 bench.offload=true \
+        output_json="$LOGS/offload_qwen3-1.7b.json" > "$LOGS/offload_qwen3-1.7b.log" 2>&1; echo "exit $?"
+      python3 -c "import json, sys; print('offload', json.dumps(json.load(open(sys.argv[1]))['offload']))" \
+        "$LOGS/offload_qwen3-1.7b.json" 2>/dev/null || tail -5 "$LOGS/offload_qwen3-1.7b.log"
+      record_json "$LOGS/offload_qwen3-1.7b.json" bb ;;
     bench)
       for m in ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b}; do
         for rc in ${BB_RECOMPUTE:-none}; do

@@ -5,7 +5,7 @@
 //       [backend.recompute_modules=core_attn,mlp] [backend.recompute_num_layers=N]
 //       [optimizer.lr=X ...] [bench.seq_len=4096] [bench.num_microbatches=1]
 //       [bench.micro_batch_size=1] [bench.steps=10] [bench.warmup=2] [bench.truncate_layers=L]
-//       [bench.profile_steps=0] [output_json=FILE]
+//       [bench.profile_steps=0] [bench.offload=false] [plugin=LIB.so,...] [output_json=FILE]
 //   bb-bench help     (every key with its type, default and meaning)
 //
 // Each step is zero_grad -> forward_backward -> optimizer_step ->
@@ -20,6 +20,11 @@
 // per op (GEMMs by shape), per step, with its share of the step and the time
 // in NCCL collectives. The timed steps run without it, so profiling does not
 // change the throughput figures.
+//
+// bench.offload=true then moves the model's state to pinned host memory and
+// back (Runtime::to), timing both directions and reading the driver's free
+// device memory (cudaMemGetInfo) before and after, and takes one more step:
+// the summary's "offload" object.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -117,8 +122,38 @@ ConfigSchema bench_schema() {
   s.add(ConfigKey{"bench.truncate_layers", "bench", T::Int, 0, "keep the first L layers of the model (0: all)"}.at_least(0));
   s.add(ConfigKey{"bench.profile_steps", "bench", T::Int, 0, "steps after the timed ones with op profiling on (0: none)"}
             .at_least(0));
+  s.add(ConfigKey{"bench.offload", "bench", T::Bool, false,
+                  "after the timed steps, time an offload round trip of the model's state and its device memory"});
   s.add(ConfigKey{"output_json", "bench", T::String, "", "also write the JSON summary to this file"});
   return s;
+}
+
+// Runtime::to there and back: seconds each way, the tensors' bytes on the
+// device and the driver's free bytes before and after, and the step after it.
+template <typename StepFn>
+nlohmann::json offload_round_trip(Runtime& rt, ModelHandle& h, StepFn&& timed_step) {
+  const Device dev = rt.device();
+  constexpr double GB = double(1ull << 30);
+  auto seconds_of = [&](Device target) {
+    device_synchronize(dev);
+    const auto t0 = std::chrono::steady_clock::now();
+    rt.to(h, target);
+    device_synchronize(dev);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  device_release_cached(dev);   // what the last step's activations left in the pool
+  const size_t tensors_before = device_bytes_in_use(dev);
+  const size_t free_before = device_memory_info(dev).free_bytes;
+  const double to_host_s = seconds_of(Device::cpu());
+  const size_t tensors_offloaded = device_bytes_in_use(dev);
+  const size_t free_offloaded = device_memory_info(dev).free_bytes;
+  const double to_device_s = seconds_of(dev);
+  const double step_ms = timed_step();
+  return {{"to_cpu_s", to_host_s}, {"to_device_s", to_device_s},
+          {"device_tensors_gb_before", double(tensors_before) / GB},
+          {"device_tensors_gb_offloaded", double(tensors_offloaded) / GB},
+          {"device_free_gb_before", double(free_before) / GB}, {"device_free_gb_offloaded", double(free_offloaded) / GB},
+          {"released_gb", (double(free_offloaded) - double(free_before)) / GB}, {"step_ms_after", step_ms}};
 }
 
 int run(int argc, char** argv) {
@@ -208,6 +243,7 @@ int run(int argc, char** argv) {
                 m["activations_and_workspace_gb"].get<double>(), m["peak_gb"].get<double>());
   }
   if (profile_steps > 0) summary["profile"] = profile(timed_step, profile_steps, root);
+  if (args.flag("bench.offload")) summary["offload"] = offload_round_trip(*rt, h, timed_step);
   if (root) {
     std::cout << summary.dump() << std::endl;
     if (!args.str("output_json").empty()) {

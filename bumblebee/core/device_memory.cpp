@@ -73,6 +73,29 @@ void device_free(void* ptr, size_t nbytes, Device dev) {
 #endif
 }
 
+void* host_pinned_alloc(size_t nbytes) {
+#ifdef BB_WITH_CUDA
+  if (cuda::device_count() > 0) {
+    void* p = cuda::pinned_alloc(nbytes);
+    note_host_alloc(nbytes);
+    return p;
+  }
+#endif
+  return device_alloc(nbytes, Device::cpu());
+}
+
+void host_pinned_free(void* ptr, size_t nbytes) {
+  if (!ptr) return;
+#ifdef BB_WITH_CUDA
+  if (cuda::device_count() > 0) {
+    cuda::pinned_free(ptr, nbytes);
+    g_host_in_use -= nbytes;
+    return;
+  }
+#endif
+  device_free(ptr, nbytes, Device::cpu());
+}
+
 void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) {
   if (nbytes == 0) return;
   if (dst_dev.is_cpu() && src_dev.is_cpu()) {
@@ -124,6 +147,26 @@ void device_reset_peak(Device dev) {
   }
 #ifdef BB_WITH_CUDA
   cuda::pool_reset_peak(dev.index);
+#endif
+}
+
+void device_release_cached(Device dev) {
+  if (dev.is_cpu()) return;
+#ifdef BB_WITH_CUDA
+  cuda::pool_release_unused(dev.index);
+#else
+  no_cuda();
+#endif
+}
+
+DeviceMemoryInfo device_memory_info(Device dev) {
+  DeviceMemoryInfo info;
+  if (dev.is_cpu()) return info;
+#ifdef BB_WITH_CUDA
+  cuda::memory_info(dev.index, &info.free_bytes, &info.total_bytes);
+  return info;
+#else
+  no_cuda();
 #endif
 }
 

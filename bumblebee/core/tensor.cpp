@@ -48,7 +48,28 @@ Storage::Storage(void* data, size_t nbytes, Device dev, std::shared_ptr<void> ow
     : data_(data), nbytes_(nbytes), device_(dev), owner_(std::move(owner)) {}
 
 Storage::~Storage() {
-  if (!owner_) device_free(data_, nbytes_, device_);
+  if (owner_) return;
+  if (pinned_)
+    host_pinned_free(data_, nbytes_);
+  else
+    device_free(data_, nbytes_, device_);
+}
+
+void Storage::relocate(Device dev, bool pinned_host) {
+  BB_CHECK(!pinned_host || dev.is_cpu(), "Storage::relocate: pinned memory is host memory, not ", dev.str());
+  if (dev == device_ && pinned_host == pinned_) return;
+  void* moved = pinned_host ? host_pinned_alloc(nbytes_) : device_alloc(nbytes_, dev);
+  device_copy(moved, dev, data_, device_, nbytes_);
+  if (!owner_) {
+    if (pinned_)
+      host_pinned_free(data_, nbytes_);
+    else
+      device_free(data_, nbytes_, device_);
+  }
+  owner_.reset();
+  data_ = moved;
+  device_ = dev;
+  pinned_ = pinned_host;
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device dev) {

@@ -35,11 +35,19 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool pinned_host() const { return pinned_; }
+
+  // Moves the bytes to `dev` (into page-locked host memory when `pinned_host`)
+  // and frees the old block, keeping this Storage: every tensor viewing it
+  // follows, which is what offloading a model's state needs. A no-op when the
+  // bytes already live there.
+  void relocate(Device dev, bool pinned_host);
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  bool pinned_ = false;
   std::shared_ptr<void> owner_;
 };
 
@@ -71,6 +79,7 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
   bool shares_storage(const Tensor& o) const { return storage_ && storage_ == o.storage_; }
+  Storage* storage() const { return storage_.get(); }   // null when undefined
 
   void* raw() const { return static_cast<char*>(storage_->data()) + offset_; }
   template <typename T>

@@ -105,6 +105,7 @@ void check_covered(const nlohmann::json& recorded, const HFCheckpoint& ck, const
 
 void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
   ModelState& st = h.state();
+  check_on_device(st, OffloadParts{true, true, false}, "save_checkpoint");
   dist::ParallelState& ps = *parallel_;
   const bool root = ps.world_rank() == 0;
   const std::string tmp = dir + ".tmp";
@@ -162,6 +163,7 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
 
 int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
   ModelState& st = h.state();
+  check_on_device(st, OffloadParts{true, true, false}, "load_checkpoint");
   dist::ParallelState& ps = *parallel_;
   // Every rank looks before rank 0 renames anything, so all decide alike.
   const CheckpointRecovery recovery = plan_checkpoint_recovery(dir);

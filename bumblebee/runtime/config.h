@@ -111,6 +111,9 @@ struct ExportConfig {
 struct RuntimeConfig {
   std::string backend = "bb";   // "bb" (optimised, parallel) or "ref" (single-device baseline)
   std::string hf_path;          // HF model directory (config.json [+ safetensors])
+  // Model plugins (shared libraries, model/plugin.h) create_runtime loads
+  // before it resolves the model; the key `plugin` takes a comma-separated list.
+  std::vector<std::string> plugins;
   BBConfig backend_cfg;
   ExportConfig export_cfg;
 };

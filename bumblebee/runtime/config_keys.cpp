@@ -1,6 +1,7 @@
 // The runtime's keys: one per field of RuntimeConfig, BBConfig, ParallelConfig
 // and OptimizerConfig, with the seed library's dotted names. Defaults come from
 // the structs themselves, so config.h stays the one place that sets them.
+#include <algorithm>
 #include <cctype>
 #include <limits>
 
@@ -75,6 +76,17 @@ void ConfigSchema::add_runtime_keys() {
           .one_of({"bb", "ref"}));
   add(key("hf_path", "runtime", T::String, d.hf_path, "HF model directory: config.json, plus safetensors when loading weights",
           [](RuntimeConfig& c, const json& v) { c.hf_path = v; }));
+  add(key("plugin", "runtime", T::String, "",
+          "model plugin shared libraries to load first, comma-separated (docs/plugins.md)",
+          [](RuntimeConfig& c, const json& v) {
+            c.plugins.clear();
+            const std::string list = v;
+            for (size_t begin = 0; begin <= list.size();) {
+              const size_t end = std::min(list.find(',', begin), list.size());
+              if (end > begin) c.plugins.push_back(list.substr(begin, end - begin));
+              begin = end + 1;
+            }
+          }));
 
   add(key("backend.model_name", "backend", T::String, b.model_name,
           "registered model name, or auto (config.json's model_type)",

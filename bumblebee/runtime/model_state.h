@@ -8,6 +8,7 @@
 #include "bumblebee/primitive/optim/distributed_optimizer.h"
 #include "bumblebee/primitive/optim/lr_schedule.h"
 #include "bumblebee/runtime/config.h"
+#include "bumblebee/runtime/offload.h"
 #include "bumblebee/runtime/pipeline_layout.h"
 
 namespace bb {
@@ -24,6 +25,7 @@ struct ModelState {
   std::unique_ptr<LRSchedule> schedule;
   int64_t scheduler_steps = 0;
   bool training = true;
+  OffloadParts offloaded{false, false, false};   // the parts on the host (Runtime::to)
 };
 
 }  // namespace bb

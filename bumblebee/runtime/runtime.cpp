@@ -7,6 +7,7 @@
 #include "bumblebee/core/device_memory.h"
 #include "bumblebee/core/input_file.h"
 #include "bumblebee/distributed/world.h"
+#include "bumblebee/model/plugin.h"
 #include "bumblebee/model/registry.h"
 #include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/ops.h"
@@ -108,6 +109,7 @@ PipelineShapes pipeline_shapes(ModelState& st, int64_t tp, Device dev) {
 
 Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg) {
   check_backend(cfg_);
+  for (const std::string& plugin : cfg_.plugins) load_plugin(plugin);
   dist::World& world = dist::World::instance();
   if (cfg_.backend == "ref")
     BB_CHECK(world.size() == 1, "backend=ref runs on one rank, but ", world.size(), " ranks were launched");
@@ -271,7 +273,19 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
 std::unique_ptr<ModeGuard> Runtime::train_mode(ModelHandle& h) { return std::make_unique<ModeGuard>(h.state(), true); }
 std::unique_ptr<ModeGuard> Runtime::eval_mode(ModelHandle& h) { return std::make_unique<ModeGuard>(h.state(), false); }
 
+void Runtime::to(ModelHandle& h, Device target, const OffloadParts& parts) {
+  ModelState& st = h.state();
+  BB_CHECK(target.is_cpu() || target == device_, "Runtime::to: target ", target.str(),
+           " is neither the host (cpu) nor this runtime's device (", device_.str(), ")");
+  if (device_.is_cpu()) return;
+  if (target.is_cpu())
+    offload_to_host(st, parts, device_);
+  else
+    reload_to_device(st, parts, device_);
+}
+
 void Runtime::zero_grad(ModelHandle& h) {
+  check_on_device(h.state(), OffloadParts{false, false, true}, "zero_grad");
   h.optimizer().invalidate_grads();
   for (ModelChunk* c : h.chunks()) c->params().zero_grads();
 }
@@ -280,6 +294,7 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
                                         int num_microbatches, bool forward_only) {
   ModelState& st = h.state();
   forward_only = forward_only || !st.training;
+  check_on_device(st, OffloadParts{true, false, !forward_only}, "forward_backward");
   ModelChunk& model = *st.chunks.front();
   const bool pipelined = parallel_->pp_size() > 1;
   const DType loss_dt = stat_dtype(model.params().param_dtype());
@@ -481,6 +496,7 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
 OptimizerStepResult Runtime::optimizer_step(ModelHandle& h) {
   ModelState& st = h.state();
   BB_CHECK(st.training, "optimizer_step in eval mode");
+  check_on_device(st, OffloadParts{}, "optimizer_step");
   OptimizerStepResult result = st.optimizer->step(st.schedule->lr_at(st.scheduler_steps));
   for (auto& chunk : st.chunks) chunk->after_optimizer_step();
   return result;
@@ -499,6 +515,7 @@ double Runtime::lr_scheduler_step(ModelHandle& h) {
 
 Tensor Runtime::logits(ModelHandle& h, const PackedBatch& data) {
   ModelState& st = h.state();
+  check_on_device(st, OffloadParts{true, false, false}, "logits");
   ModelChunk& first = *st.chunks.front();
   const int64_t V = first.vocab_size();
   const ContextSplit cp{parallel_->cp_size(), parallel_->cp_rank()};

@@ -25,6 +25,7 @@
 #include "bumblebee/primitive/optim/lr_schedule.h"
 #include "bumblebee/runtime/config.h"
 #include "bumblebee/runtime/contracts.h"
+#include "bumblebee/runtime/offload.h"
 
 namespace bb {
 
@@ -78,6 +79,13 @@ class Runtime {
   OptimizerStepResult optimizer_step(ModelHandle& h);
   double lr_scheduler_step(ModelHandle& h);   // returns the learning rate for the next step
   double current_lr(ModelHandle& h) const;
+
+  // Offload: moves `parts` of the model's state to pinned host memory
+  // (target = Device::cpu()) and hands the freed device memory back to the
+  // driver, or brings them back (target = device()). Calls that need an
+  // offloaded part fail until it is back. On a CPU runtime the state already
+  // is in host memory and to(h, cpu) does nothing. runtime/offload.h.
+  void to(ModelHandle& h, Device target, const OffloadParts& parts = {});
 
   // Full-vocabulary logits [T, V] (host, float64) of a batch, for validation.
   Tensor logits(ModelHandle& h, const PackedBatch& data);

@@ -28,6 +28,7 @@ std::string recipe_name(const std::string& schema_name) {
   static const std::map<std::string, std::string> renamed = {
       {"backend", "backend.backend"},
       {"hf_path", "model.hf_path"},
+      {"plugin", "model.plugin"},
       {"backend.model_name", "model.model_name"},
       {"backend.load_hf_weights", "model.load_hf_weights"},
       {"backend.model_overrides", "model.overrides"},

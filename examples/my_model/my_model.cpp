@@ -1,7 +1,8 @@
-// my_llama: config parsing (it reads the extra key "my_scale_note" and
-// rejects nothing else new) and construction from Bumblebee primitives.
-#include "examples/my_model/my_model.h"
-
+// An out-of-tree model as a plugin: "my_llama", a Llama variant that lives in
+// the user's repository. It reuses the dense decoder protocol but could
+// implement ModelProtocol from scratch. Built as libmy_model.so, which
+// registers "my_llama" (HF model_type "my_llama", impl "lite") when
+// bb::load_plugin, the `plugin=` key or Python's bb.load_plugin loads it.
 #include "bumblebee/model/dense/dense_protocol.h"
 #include "bumblebee/model/registry.h"
 
@@ -30,8 +31,9 @@ class MyLlamaProtocol : public bb::ModelProtocol {
 };
 }  // namespace
 
-void register_my_llama() {
-  bb::register_model("my_llama", {"my_llama"}, {{"lite", std::make_shared<MyLlamaProtocol>()}});
-}
-
 }  // namespace my_repo
+
+// The plugin's entry point (bumblebee/model/plugin.h), called once after dlopen.
+extern "C" void bb_register_plugin() {
+  bb::register_model("my_llama", {"my_llama"}, {{"lite", std::make_shared<my_repo::MyLlamaProtocol>()}});
+}

@@ -1,19 +1,21 @@
-// Trains the out-of-tree "my_llama" model: register, then use the runtime as usual.
+// Trains the out-of-tree "my_llama" model from its plugin: name the plugin
+// in the config, then use the runtime as usual.
 //
-//   build/bin/train_my_model HF_DIR    (config.json with "model_type": "my_llama")
+//   train_my_model HF_DIR PLUGIN    (config.json with "model_type": "my_llama";
+//                                    PLUGIN: libmy_model.so)
 #include <cstdio>
 
 #include "bumblebee/runtime/runtime.h"
-#include "examples/my_model/my_model.h"
+#include "bumblebee/version.h"
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: train_my_model HF_DIR\n");
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: train_my_model HF_DIR PLUGIN.so\n");
     return 2;
   }
-  my_repo::register_my_llama();
   bb::RuntimeConfig cfg;
   cfg.hf_path = argv[1];
+  cfg.plugins = {argv[2]};   // the key plugin=PATH in the tools
   cfg.backend_cfg.model_name = "my_llama";
   cfg.backend_cfg.load_hf_weights = false;
   auto rt = bb::create_runtime(cfg);
@@ -25,7 +27,7 @@ int main(int argc, char** argv) {
   rt->zero_grad(h);
   bb::ForwardResult r = rt->forward_backward(h, data);
   bb::OptimizerStepResult s = rt->optimizer_step(h);
-  std::printf("my_llama: loss %.4f grad_norm %.4f layers %d\n", r.loss, s.grad_norm,
-              h.config()["num_layers"].get<int>());
+  std::printf("my_llama: loss %.4f grad_norm %.4f layers %d (libbumblebee %s)\n", r.loss, s.grad_norm,
+              h.config()["num_layers"].get<int>(), bb::library_version());
   return s.update_successful ? 0 : 1;
 }

@@ -12,7 +12,7 @@
         rt.lr_scheduler_step(h)
 """
 
-from ._bumblebee import Error
+from ._bumblebee import Error, load_plugin
 from .batch import PackedBatch
 from .config import BBConfig, ExportConfig, OptimizerConfig, ParallelConfig, RuntimeConfig, config_help
 from .loss import torch_loss
@@ -34,5 +34,6 @@ __all__ = [
     "RuntimeConfig",
     "config_help",
     "create_runtime",
+    "load_plugin",
     "torch_loss",
 ]

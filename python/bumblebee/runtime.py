@@ -96,6 +96,15 @@ class Runtime:
         self._native.zero_grad(h._native)
         h._has_grads = False
 
+    def to(self, h, device, model=True, optimizer=True, grad=True):
+        """Offload: moves the chosen parts of the model's state (parameters,
+        optimizer master weights and moments, gradients) to pinned host memory
+        (device="cpu") and gives the device memory back to the driver, or brings
+        them back (device="cuda"). Calls that need a part fail until it is back;
+        training after a round trip is bit-identical. On a CPU runtime the state
+        already is in host memory and to(h, "cpu") does nothing."""
+        self._native.to(h._native, device, model, optimizer, grad)
+
     def forward_backward(self, h, batch, loss_fn=None, num_microbatches=1, forward_only=False, *, calculate_entropy=False):
         """Forward (and, unless forward_only, backward) of `batch` in num_microbatches
         microbatches of whole sequences; gradients accumulate until zero_grad.

@@ -16,6 +16,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "bumblebee/model/plugin.h"
 #include "bumblebee/runtime/model_state.h"
 #include "bumblebee/runtime/runtime.h"
 #include "python/src/bindings.h"
@@ -156,6 +157,8 @@ void bind_model_handle(nb::module_& m) {
 }  // namespace
 
 void bind_runtime(nb::module_& m) {
+  m.def("load_plugin", &load_plugin, nb::arg("path"),
+        "Loads a model plugin (a shared library built against libbumblebee.so) and registers its models.");
   bind_packed_batch(m);
   bind_model_handle(m);
   nb::class_<Runtime>(m, "Runtime")
@@ -177,6 +180,14 @@ void bind_runtime(nb::module_& m) {
       .def("train_mode", [](Runtime& rt, ModelHandle& h) { return ScopedMode{rt.train_mode(h)}; })
       .def("eval_mode", [](Runtime& rt, ModelHandle& h) { return ScopedMode{rt.eval_mode(h)}; })
       .def("zero_grad", &Runtime::zero_grad)
+      .def(
+          "to",
+          [](Runtime& rt, ModelHandle& h, const std::string& device, bool model, bool optimizer, bool grad) {
+            // "cuda" is the runtime's own GPU (cuda:local_rank under mpirun).
+            const Device target = device == "cuda" && rt.device().is_cuda() ? rt.device() : Device::parse(device);
+            rt.to(h, target, OffloadParts{model, optimizer, grad});
+          },
+          nb::arg("h"), nb::arg("device"), nb::arg("model"), nb::arg("optimizer"), nb::arg("grad"))
       .def(
           "forward_backward",
           [](Runtime& rt, ModelHandle& h, const PackedBatch& batch, nb::object loss_fn, int num_microbatches,

@@ -161,6 +161,36 @@ void pool_reset_peak(int device) {
   g_pools[device].peak = g_pools[device].in_use.load();
 }
 
+void pool_release_unused(int device) {
+  Pool& p = pool_of(device);
+  DeviceGuard guard(device);
+  CUDA_CHECK(cudaDeviceSynchronize());   // frees ordered on the stream have happened
+  CUDA_CHECK(cudaMemPoolTrimTo(p.pool, 0));
+}
+
+void memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  DeviceGuard guard(device);
+  CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+void* pinned_alloc(size_t nbytes) {
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMallocHost(&ptr, nbytes == 0 ? 1 : nbytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    BB_FAIL("out of pinned host memory allocating ", nbytes, " bytes (cudaMallocHost)");
+  }
+  CUDA_CHECK(err);
+  return ptr;
+}
+
+void pinned_free(void* ptr, size_t nbytes) {
+  // Called from destructors, so it reports instead of throwing.
+  const cudaError_t err = cudaFreeHost(ptr);
+  if (err != cudaSuccess && err != cudaErrorCudartUnloading)
+    std::fprintf(stderr, "bumblebee: cudaFreeHost of %zu bytes failed: %s\n", nbytes, cudaGetErrorString(err));
+}
+
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t nbytes, int device) {
   if (nbytes == 0) return;
   DeviceGuard guard(device);

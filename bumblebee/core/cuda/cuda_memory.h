@@ -19,6 +19,12 @@ void pool_free(void* ptr, size_t nbytes, int device);
 size_t pool_bytes_in_use(int device);
 size_t pool_peak_bytes(int device);
 void pool_reset_peak(int device);
+// Waits for the device's work, then trims its pool to the blocks in use.
+void pool_release_unused(int device);
+void memory_info(int device, size_t* free_bytes, size_t* total_bytes);
+// Page-locked host memory (cudaMallocHost / cudaFreeHost).
+void* pinned_alloc(size_t nbytes);
+void pinned_free(void* ptr, size_t nbytes);
 // `device` is the GPU whose stream orders the work (for a copy, the device
 // side; both sides of a device-to-device copy are on it or peers of it).
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t nbytes, int device);

@@ -58,6 +58,22 @@ DistributedOptimizer::DistributedOptimizer(const std::vector<ParamStore*>& store
   reload_master_from_params();
 }
 
+std::vector<Tensor> DistributedOptimizer::state_tensors() const {
+  std::vector<Tensor> out;
+  for (const GroupState& g : groups_) {
+    if (!g.master_is_param) out.push_back(g.master);
+    out.push_back(g.exp_avg);
+    out.push_back(g.exp_avg_sq);
+  }
+  return out;
+}
+
+std::vector<Tensor> DistributedOptimizer::grad_shards() const {
+  std::vector<Tensor> out;
+  for (const GroupState& g : groups_) out.push_back(g.reducer->shard());
+  return out;
+}
+
 void DistributedOptimizer::reload_master_from_params() {
   for (GroupState& g : groups_) {
     if (g.master_is_param) continue;

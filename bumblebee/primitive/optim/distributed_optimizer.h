@@ -83,6 +83,11 @@ class DistributedOptimizer {
   enum class State { Master, ExpAvg, ExpAvgSq };
   Tensor gather_state(GroupState& g, State which);
   void scatter_state(GroupState& g, State which, const Tensor& full);
+  // What an offload moves: the master weights and Adam moments (without the
+  // master when it is the parameters themselves), and the reduced-gradient
+  // shards. Views sharing the live buffers.
+  std::vector<Tensor> state_tensors() const;
+  std::vector<Tensor> grad_shards() const;
   // Refresh the master slices from the parameters (after loading weights).
   void reload_master_from_params();
 

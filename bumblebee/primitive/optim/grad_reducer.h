@@ -44,6 +44,9 @@ class GradReducer {
   // This rank's slices of the dp-summed gradients, waiting for the buckets
   // in flight (and reducing now any not started since the gradients changed).
   Tensor& reduced_grads();
+  // The buffer reduced_grads() returns, as it stands (no waiting): with dp = 1
+  // it is the group's flat gradients.
+  const Tensor& shard() const { return shard_; }
 
  private:
   void launch(size_t bucket);
