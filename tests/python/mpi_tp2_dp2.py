@@ -32,6 +32,12 @@ def main():
     exported = dict(rt.export_weights(h))
     assert set(exported) == set(on_disk)
     assert all(np.array_equal(exported[n], on_disk[n]) for n in on_disk)
+    # Bucketed (each bucket gathered over tp, one at a time) gives the same tensors; rank0_only only on rank 0.
+    bucketed = dict(rt.export_weights(h, bucket_bytes=1000))
+    assert list(bucketed) == list(exported) and all(np.array_equal(bucketed[n], on_disk[n]) for n in on_disk)
+    only0 = dict(rt.export_weights(h, dtype="float32", bucket_bytes=1000, rank0_only=True))
+    assert set(only0) == (set(on_disk) if rt.world_rank == 0 else set())
+    assert all(np.array_equal(only0[n], on_disk[n].astype(np.float32)) for n in only0)
 
     ref = reference(FIXTURE)
     losses, norms = [], []
