@@ -24,6 +24,10 @@
 #             (12 layers) mb 2, 30B-A3B (4 layers) mb 2, and HF transformers on 30B-A3B (4 layers, grouped_mm
 #             experts); PEERS picks runs (tt-0.6b tt-1.7b tt-8b tt-30b-a3b hf-30b-a3b), PEER_STEPS the timed
 #             steps (default 5); compiling takes minutes a run, so one 10-minute call holds about two of them
+#   export    Python export_weights (benchmarks/export_weights_bench.py): the Qwen3-1.7B architecture (random
+#             init, bf16) streamed in 512 MiB buckets to host numpy and, with torch, to tensors on the same GPU;
+#             seconds and GB/s into results.jsonl. Builds the _bumblebee module for python3, which needs
+#             nanobind importable (NANOBIND_PATH=DIR adds a carried copy's folder to PYTHONPATH)
 #   gpu_unit  the CPU test binary's cases that need a GPU (NCCL on one GPU, CUDA dispatch), which skip in CI
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
@@ -32,7 +36,7 @@
 #   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
-# Stages bench, moe_bench, longctx, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
+# Stages bench, moe_bench, longctx, export, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
 # peers and baseline alone skip building bb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,11 +74,16 @@ needs_bb=0
 for stage in $stages; do case $stage in peers|baseline) ;; *) needs_bb=1 ;; esac; done
 if [ $needs_bb = 1 ]; then
   t0=$(date +%s)
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$LOGS/cmake.log" 2>&1 || { tail -30 "$LOGS/cmake.log"; exit 1; }
+  python_cfg=""
+  case " $stages " in *" export "*)
+    export PYTHONPATH=${NANOBIND_PATH:+$NANOBIND_PATH:}${PYTHONPATH:-}
+    python_cfg="-DPython_EXECUTABLE=$(command -v python3)" ;; esac
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl $python_cfg > "$LOGS/cmake.log" 2>&1 || { tail -30 "$LOGS/cmake.log"; exit 1; }
   grep "Bumblebee:" "$LOGS/cmake.log"
   targets="bb_cuda_ops bb-bench bb-correctness"
   case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
   case " $stages " in *" gpu_unit "*) targets="$targets bb_tests" ;; esac
+  case " $stages " in *" export "*) grep -q "Python bindings for" "$LOGS/cmake.log" && targets="$targets _bumblebee" ;; esac
   ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s"
 fi
@@ -218,6 +227,15 @@ PY
       done
       python3 benchmarks/parity/compare_runs.py --loss-bound 0.02 hf="$LOGS/moe_parity_hf.json" \
         bb_fp32_residual="$LOGS/moe_parity_bb_resfp32.json" bb_bf16_residual="$LOGS/moe_parity_bb_resbf16.json" ;;
+    export)
+      if [ ! -e "$build/python/bumblebee/__init__.py" ]; then
+        echo "export: the Python module was not built ($(grep -m1 'Python bindings' "$LOGS/cmake.log"))"
+      else
+        timeout 300 env PYTHONPATH=$build/python:${PYTHONPATH:-} python3 benchmarks/export_weights_bench.py configs/qwen3-1.7b \
+          --device cuda --dtype bfloat16 --bucket-bytes $((512 << 20)) > "$LOGS/export.log" 2>&1
+        cat "$LOGS/export.log" | tail -5
+        grep '^{' "$LOGS/export.log" | python3 -c "import json, sys; [print(json.dumps({**json.loads(l), 'runner': 'bb'})) for l in sys.stdin]" >> "$results"
+      fi ;;
     gpu_unit)
       timeout 120 $bin/bb_tests --gtest_filter="${GPU_UNIT_FILTER:-NcclOneGpu*:*Cuda*:*CUDA*}" > "$LOGS/gpu_unit.log" 2>&1
       echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(OK|FAILED) " "$LOGS/gpu_unit.log" | head -40 ;;
