@@ -83,8 +83,10 @@ class Runtime {
   [[nodiscard]] std::unique_ptr<ModeGuard> train_mode(ModelHandle& h);
   [[nodiscard]] std::unique_ptr<ModeGuard> eval_mode(ModelHandle& h);   // no gradients
   void zero_grad(ModelHandle& h);
+  // calculate_entropy: ModelOutputs::entropy is filled (host outputs: forward
+  // only or with a loss_fn), and a loss_fn may return grad_entropy.
   ForwardResult forward_backward(ModelHandle& h, const PackedBatch& data, const LossFn& loss_fn = {},
-                                 int num_microbatches = 1, bool forward_only = false);
+                                 int num_microbatches = 1, bool forward_only = false, bool calculate_entropy = false);
   OptimizerStepResult optimizer_step(ModelHandle& h);
   double lr_scheduler_step(ModelHandle& h);   // returns the learning rate for the next step
   double current_lr(ModelHandle& h) const;

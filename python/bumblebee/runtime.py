@@ -115,15 +115,16 @@ class Runtime:
         microbatches of whole sequences; gradients accumulate until zero_grad.
         loss_fn: None for the built-in masked mean cross entropy, or a callable
         (bumblebee.loss documents both forms). forward_only returns per-token
-        log-probs in model_output. router_replay (MoE models): "record" returns
+        log-probs in model_output. calculate_entropy: model_output[i].entropy
+        holds each position's entropy at the temperature (forward_only or with
+        a loss_fn, which may then take its gradient: bumblebee.loss).
+        router_replay (MoE models): "record" returns
         each microbatch's routes in model_output[i].routed_experts ([T, MoE
         layers, k] int64); "replay" routes every token as batch.routed_experts says."""
         if router_replay not in (None, "record", "replay"):
             raise _native.Error(f"forward_backward: router_replay '{router_replay}' is not one of None, record, replay")
         if router_replay == "replay" and batch.routed_experts is None:
             raise _native.Error('forward_backward(router_replay="replay") needs PackedBatch.routed_experts')
-        if calculate_entropy:
-            raise _native.Error("forward_backward(calculate_entropy=True): entropy is not implemented yet")
         if not forward_only and not h.training:
             raise _native.Error(
                 "forward_backward with gradients in eval mode: pass forward_only=True, or call it under train_mode"
@@ -133,6 +134,7 @@ class Runtime:
             local_tokens = float(batch.shifted_loss_mask().sum())
             ctx = LossContext(
                 temperature=self.config.backend_cfg.temperature,
+                calculate_entropy=calculate_entropy,
                 num_tokens=int(round(h._native.dp_all_reduce_sum(local_tokens))),
                 num_microbatches=num_microbatches,
                 forward_only=forward_only,
@@ -140,7 +142,7 @@ class Runtime:
             )
             adapter = LossAdapter(loss_fn, ctx)
         r = self._native.forward_backward(
-            h._native, batch._native, adapter, num_microbatches, forward_only, router_replay or ""
+            h._native, batch._native, adapter, num_microbatches, forward_only, calculate_entropy, router_replay or ""
         )
         if not forward_only:
             h._has_grads = True

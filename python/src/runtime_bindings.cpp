@@ -71,17 +71,22 @@ nb::object tensor_to_numpy(const Tensor& host) {
 }
 
 // The Python loss adapter (bumblebee/loss.py) is called with (log_probs,
-// token_loss, microbatch) and returns (loss, grad_log_probs or None, metrics),
-// already checked for shape, dtype and finiteness.
+// token_loss, entropy or None, microbatch) and returns (loss, grad_log_probs
+// or None, metrics, grad_entropy or None), already checked for shape, dtype
+// and finiteness.
 LossFn python_loss(nb::object fn) {
   if (fn.is_none()) return {};
   return [fn](const ModelOutputs& out, const PackedBatch& mb) {
-    nb::tuple r = nb::cast<nb::tuple>(fn(to_numpy(out.log_probs), to_numpy(out.token_loss), mb.with_defaults()));
-    BB_CHECK(r.size() == 3, "loss adapter returned ", r.size(), " values, expected (loss, grad_log_probs, metrics)");
+    nb::object entropy = out.entropy.empty() ? nb::none() : nb::cast(to_numpy(out.entropy));
+    nb::tuple r = nb::cast<nb::tuple>(
+        fn(to_numpy(out.log_probs), to_numpy(out.token_loss), entropy, mb.with_defaults()));
+    BB_CHECK(r.size() == 4, "loss adapter returned ", r.size(),
+             " values, expected (loss, grad_log_probs, metrics, grad_entropy)");
     LossOutput lo;
     lo.loss = nb::cast<double>(r[0]);
     if (!r[1].is_none()) lo.grad_log_probs = to_vector(nb::cast<HostArray<double>>(r[1]));
     lo.metrics = nb::cast<std::map<std::string, double>>(r[2]);
+    if (!r[3].is_none()) lo.grad_entropy = to_vector(nb::cast<HostArray<double>>(r[3]));
     return lo;
   };
 }
@@ -98,6 +103,7 @@ nb::dict forward_result_to_python(ForwardResult&& r) {
     od["loss"] = o.loss;
     od["log_probs"] = o.log_probs.empty() ? nb::none() : nb::cast(to_numpy(o.log_probs));
     od["token_loss"] = o.token_loss.empty() ? nb::none() : nb::cast(to_numpy(o.token_loss));
+    od["entropy"] = o.entropy.empty() ? nb::none() : nb::cast(to_numpy(o.entropy));
     od["routed_experts"] = o.routed_experts.empty() ? nb::none() : nb::cast(to_numpy(o.routed_experts));
     outputs.append(od);
   }
@@ -191,17 +197,18 @@ void bind_runtime(nb::module_& m) {
       .def(
           "forward_backward",
           [](Runtime& rt, ModelHandle& h, const PackedBatch& batch, nb::object loss_fn, int num_microbatches,
-             bool forward_only, const std::string& router_replay) {
+             bool forward_only, bool calculate_entropy, const std::string& router_replay) {
+            const LossFn fn = python_loss(loss_fn);
             if (router_replay.empty())
               return forward_result_to_python(
-                  rt.forward_backward(h, batch, python_loss(loss_fn), num_microbatches, forward_only));
+                  rt.forward_backward(h, batch, fn, num_microbatches, forward_only, calculate_entropy));
             PackedBatch replayed = batch;
             replayed.router_replay = router_replay;
             return forward_result_to_python(
-                rt.forward_backward(h, replayed, python_loss(loss_fn), num_microbatches, forward_only));
+                rt.forward_backward(h, replayed, fn, num_microbatches, forward_only, calculate_entropy));
           },
           nb::arg("h"), nb::arg("batch"), nb::arg("loss_fn").none(), nb::arg("num_microbatches"),
-          nb::arg("forward_only"), nb::arg("router_replay"))
+          nb::arg("forward_only"), nb::arg("calculate_entropy"), nb::arg("router_replay"))
       .def("optimizer_step",
            [](Runtime& rt, ModelHandle& h) {
              const OptimizerStepResult s = rt.optimizer_step(h);
