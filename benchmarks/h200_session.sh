@@ -29,6 +29,10 @@
 #             tokens/s, trained tokens and peak memory (final_metrics.json) into results.jsonl
 #   offload   bb-bench on the Qwen3-1.7B architecture, then its state offloaded to pinned host memory and
 #             back (Runtime::to): seconds each way and the driver's free device memory before and after
+#   export    Python export_weights (benchmarks/export_weights_bench.py): the Qwen3-1.7B architecture (random
+#             init, bf16) streamed in 512 MiB buckets to host numpy and, with torch, to tensors on the same GPU;
+#             seconds and GB/s into results.jsonl. Builds the _bumblebee module for python3, which needs
+#             nanobind importable (NANOBIND_PATH=DIR adds a carried copy's folder to PYTHONPATH)
 #   gpu_unit  the CPU test binary's cases that need a GPU (NCCL on one GPU, CUDA dispatch), which skip in CI
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
@@ -38,7 +42,7 @@
 #   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
-# Stages bench, offload, moe_bench, longctx, sft, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
+# Stages bench, offload, moe_bench, longctx, sft, export, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
 # peers and baseline alone skip building bb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -76,12 +80,17 @@ needs_bb=0
 for stage in $stages; do case $stage in peers|baseline) ;; *) needs_bb=1 ;; esac; done
 if [ $needs_bb = 1 ]; then
   t0=$(date +%s)
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl > "$LOGS/cmake.log" 2>&1 || { tail -30 "$LOGS/cmake.log"; exit 1; }
+  python_cfg=""
+  case " $stages " in *" export "*)
+    export PYTHONPATH=${NANOBIND_PATH:+$NANOBIND_PATH:}${PYTHONPATH:-}
+    python_cfg="-DPython_EXECUTABLE=$(command -v python3)" ;; esac
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release $prefix $nccl $python_cfg > "$LOGS/cmake.log" 2>&1 || { tail -30 "$LOGS/cmake.log"; exit 1; }
   grep "Bumblebee:" "$LOGS/cmake.log"
   targets="bb_cuda_ops bb-bench bb-correctness"
   case " $stages " in *" sft "*) targets="$targets bb-train" ;; esac
   case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
   case " $stages " in *" gpu_unit "*) targets="$targets bb_tests" ;; esac
+  case " $stages " in *" export "*) grep -q "Python bindings for" "$LOGS/cmake.log" && targets="$targets _bumblebee" ;; esac
   ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s"
 fi
@@ -268,6 +277,15 @@ print(json.dumps({"runner": "bb-train", "run": sys.argv[2], "model": "qwen3-1.7b
                   "tokens_per_step": sum(s["tokens"] for s in steps) / max(len(steps), 1)}))
 PY
       done ;;
+    export)
+      if [ ! -e "$build/python/bumblebee/__init__.py" ]; then
+        echo "export: the Python module was not built ($(grep -m1 'Python bindings' "$LOGS/cmake.log"))"
+      else
+        timeout 300 env PYTHONPATH=$build/python:${PYTHONPATH:-} python3 benchmarks/export_weights_bench.py configs/qwen3-1.7b \
+          --device cuda --dtype bfloat16 --bucket-bytes $((512 << 20)) > "$LOGS/export.log" 2>&1
+        cat "$LOGS/export.log" | tail -5
+        grep '^{' "$LOGS/export.log" | python3 -c "import json, sys; [print(json.dumps({**json.loads(l), 'runner': 'bb'})) for l in sys.stdin]" >> "$results"
+      fi ;;
     gpu_unit)
       timeout 120 $bin/bb_tests --gtest_filter="${GPU_UNIT_FILTER:-NcclOneGpu*:*Cuda*:*CUDA*}" > "$LOGS/gpu_unit.log" 2>&1
       echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ +(OK|FAILED) " "$LOGS/gpu_unit.log" | head -40 ;;

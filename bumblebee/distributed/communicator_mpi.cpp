@@ -10,8 +10,8 @@
 // uses MPI datatypes of the element's width, so any dtype can be gathered or
 // broadcast; reductions accept float64, float32, int32, int64 and uint8.
 // reduce_scatter_async starts the same MPI_Ialltoall and sums in wait(), so
-// it returns the blocking form's bits; only the calling thread touches MPI
-// (MPI_THREAD_FUNNELED), and test() is what lets the transfer progress.
+// it returns the blocking form's bits; one thread at a time touches MPI
+// (MPI_THREAD_SERIALIZED), and test() is what lets the transfer progress.
 //
 // Point-to-point messages are MPI_Isend/MPI_Irecv with one tag, so MPI's
 // non-overtaking rule gives the in-order matching communicator.h promises;

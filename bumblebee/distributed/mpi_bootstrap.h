@@ -14,7 +14,7 @@ struct Started {
   int size = 1;
 };
 
-// MPI_Init_thread (FUNNELED) unless MPI is already initialised by the caller,
+// MPI_Init_thread (SERIALIZED) unless MPI is already initialised by the caller,
 // in which case stop() leaves finalising to it too.
 Started start();
 void stop();

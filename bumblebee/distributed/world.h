@@ -2,7 +2,9 @@
 //
 // The first World::instance() reads how the process was started (launch.h).
 // Under mpirun, bbrun, srun --mpi=pmix or mpiexec it initialises MPI
-// (MPI_Init_thread, FUNNELED: only the thread that bootstrapped calls MPI) and
+// (MPI_Init_thread, SERIALIZED: one thread at a time calls MPI, the one that
+// bootstrapped except while it hands the work to another and waits, as the
+// Python binding's export_weights generator does) and
 // checks that MPI sees as many ranks as the launcher started; otherwise the
 // world is this one process and MPI is never touched. MPI is finalised when
 // the process exits. A build without MPI asked for more than one rank fails

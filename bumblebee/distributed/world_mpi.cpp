@@ -16,10 +16,10 @@ Started start() {
   MPI_Initialized(&initialised);
   if (!initialised) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", "world");
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread", "world");
     g_we_initialised = true;
-    BB_CHECK(provided >= MPI_THREAD_FUNNELED, "the MPI library provides thread level ", provided,
-             ", below MPI_THREAD_FUNNELED which Bumblebee needs");
+    BB_CHECK(provided >= MPI_THREAD_SERIALIZED, "the MPI library provides thread level ", provided,
+             ", below MPI_THREAD_SERIALIZED which Bumblebee needs");
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   Started s;

@@ -44,6 +44,8 @@ struct DeviceMicroBatch {
   // the step's, all dp ranks): the MoE load-balancing loss is computed per
   // microbatch and the step's is the weighted sum (see docs/models.md).
   double aux_loss_weight = 1.0;
+  // The last stage also computes each token's entropy (ModelChunk::entropy).
+  bool calculate_entropy = false;
 };
 
 // The auxiliary losses of one microbatch's forward (MoE routers): `value` the
@@ -122,6 +124,15 @@ class ModelChunk {
   // The auxiliary loss of the forward that filled `state` (not present for
   // models without one). Its gradient is part of backward.
   virtual AuxLoss aux_loss(const ForwardState& /*state*/) const { return {}; }
+  // On the last stage, the per-token entropy [T] (stat dtype) of the softmax
+  // at the temperature, of the forward that filled `state` when
+  // mb.calculate_entropy was set; else undefined. A loss over it hands its
+  // gradient [T] to set_entropy_grad before backward (a forward without the
+  // fused dloss), and backward adds that path.
+  virtual Tensor entropy(const ForwardState& /*state*/) const { return Tensor(); }
+  virtual void set_entropy_grad(ForwardState& /*state*/, const Tensor& /*dentropy*/) {
+    BB_FAIL("this model computes no entropy, so a loss cannot take its gradient");
+  }
   // The whole model's routers: what router replay's PackedBatch::
   // routed_experts holds per token (moe_layers x top_k ids), and whether the
   // auxiliary loss couples every layer (HF's form: it cannot be split over

@@ -35,7 +35,7 @@ std::string group_of(const std::string& op) {
   if (starts_with(op, "attention")) return "attention";
   if (starts_with(op, "nccl ")) return "communication";
   if (starts_with(op, "rmsnorm")) return "norm";
-  if (starts_with(op, "logits_") || starts_with(op, "cross_entropy")) return "cross entropy";
+  if (starts_with(op, "logits_") || starts_with(op, "cross_entropy") || starts_with(op, "entropy")) return "cross entropy";
   if (starts_with(op, "embedding")) return "embedding";
   if (op == "adamw_step" || op == "sum_squares" || op == "count_zeros" || op == "all_finite" || op == "sum")
     return "optimizer";

@@ -685,6 +685,59 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t 
   BB_DISPATCH_CUDA(cross_entropy_backward, logits, labels, vocab_start, lse, dloss, dlogits);
 }
 
+void logits_zexp_sum(const Tensor& logits, const Tensor& row_max, Tensor& zexp_sum) {
+  const char* op = "logits_zexp_sum";
+  const Device dev = common_device(op, {{logits, "logits"}, {row_max, "row_max"}, {zexp_sum, "zexp_sum"}});
+  expect_dim(op, logits, "logits", 2);
+  expect_shape(op, row_max, "row_max", {logits.size(0)});
+  expect_shape(op, zexp_sum, "zexp_sum", {logits.size(0)});
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{logits, "logits"}, {row_max, "row_max"}, {zexp_sum, "zexp_sum"}});
+    BB_DISPATCH_CPU(logits_zexp_sum, logits, row_max, zexp_sum);
+  }
+  BB_DISPATCH_CUDA(logits_zexp_sum, logits, row_max, zexp_sum);
+}
+
+void entropy_from_sums(const Tensor& lse, const Tensor& sumexp, const Tensor& zexp_sum, Tensor& entropy) {
+  const char* op = "entropy_from_sums";
+  const Device dev =
+      common_device(op, {{lse, "lse"}, {sumexp, "sumexp"}, {zexp_sum, "zexp_sum"}, {entropy, "entropy"}});
+  expect_dim(op, lse, "lse", 1);
+  expect_shape(op, sumexp, "sumexp", lse.shape());
+  expect_shape(op, zexp_sum, "zexp_sum", lse.shape());
+  expect_shape(op, entropy, "entropy", lse.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{lse, "lse"}, {sumexp, "sumexp"}, {zexp_sum, "zexp_sum"}, {entropy, "entropy"}});
+    BB_DISPATCH_CPU(entropy_from_sums, lse, sumexp, zexp_sum, entropy);
+  }
+  BB_DISPATCH_CUDA(entropy_from_sums, lse, sumexp, zexp_sum, entropy);
+}
+
+void cross_entropy_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
+                                    const Tensor& entropy, const Tensor& dloss, const Tensor& dentropy,
+                                    Tensor& dlogits) {
+  const char* op = "cross_entropy_entropy_backward";
+  const Device dev = common_device(op, {{logits, "logits"}, {labels, "labels"}, {lse, "lse"}, {entropy, "entropy"},
+                                        {dloss, "dloss"}, {dentropy, "dentropy"}, {dlogits, "dlogits"}});
+  expect_dim(op, logits, "logits", 2);
+  const Shape rows{logits.size(0)};
+  expect_shape(op, labels, "labels", rows);
+  expect_index(op, labels, "labels");
+  expect_shape(op, lse, "lse", rows);
+  expect_shape(op, entropy, "entropy", rows);
+  expect_shape(op, dloss, "dloss", rows);
+  expect_shape(op, dentropy, "dentropy", rows);
+  expect_shape(op, dlogits, "dlogits", logits.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{logits, "logits"}, {lse, "lse"}, {entropy, "entropy"}, {dloss, "dloss"},
+                               {dentropy, "dentropy"}, {dlogits, "dlogits"}});
+    BB_DISPATCH_CPU(cross_entropy_entropy_backward, logits, labels, vocab_start, lse, entropy, dloss, dentropy,
+                    dlogits);
+  }
+  BB_DISPATCH_CUDA(cross_entropy_entropy_backward, logits, labels, vocab_start, lse, entropy, dloss, dentropy,
+                   dlogits);
+}
+
 // ---- optimizer ----------------------------------------------------------------------------------------------
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWParams& hp) {

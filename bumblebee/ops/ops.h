@@ -160,6 +160,20 @@ void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Ten
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
                             const Tensor& dloss, Tensor& dlogits);
 
+// Entropy of softmax(logits) per row, in the same vocab-parallel pieces
+// (logits already divided by the temperature): H = lse - sum_v p_v z_v with
+// p = exp(z - lse). logits_zexp_sum gives a shard's sum_v exp(z_v - row_max)
+// z_v (row_max the group's), summed over the group like sumexp; then
+// entropy_from_sums: entropy = lse - zexp_sum / sumexp. The backward of a loss
+// over both the per-row loss (lse - target) and the entropy:
+//   dlogits = dloss (p - onehot(label)) - dentropy p (z - (lse - entropy)),
+// since dH/dz_j = -p_j (z_j - sum_v p_v z_v). dlogits may alias logits.
+void logits_zexp_sum(const Tensor& logits, const Tensor& row_max, Tensor& zexp_sum);
+void entropy_from_sums(const Tensor& lse, const Tensor& sumexp, const Tensor& zexp_sum, Tensor& entropy);
+void cross_entropy_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
+                                    const Tensor& entropy, const Tensor& dloss, const Tensor& dentropy,
+                                    Tensor& dlogits);
+
 // ---- MoE token permutation ------------------------------------------------------------
 // A routing assigns each token to k experts; its N = T*k (token, expert) pairs
 // are rows, sorted by expert, and `token_of_row` [N] (int32/int64) names each

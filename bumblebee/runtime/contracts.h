@@ -18,6 +18,9 @@ struct ModelOutputs {
   double loss = 0.0;                 // this microbatch's loss as the loss function defined it
   std::vector<double> log_probs;     // [T] log p(next token | prefix) per position
   std::vector<double> token_loss;    // [T] -log_probs, masked positions 0
+  // calculate_entropy: [T] entropy of the softmax at the temperature per
+  // position (0 at each sequence's last position, like log_probs). Else empty.
+  std::vector<double> entropy;
   // router_replay = "record": the experts each token was routed to,
   // [T x MoE layers x k] token-major (PackedBatch::routed_experts). Else empty.
   std::vector<int64_t> routed_experts;
@@ -34,12 +37,14 @@ struct ForwardResult {
 };
 
 // A custom loss over one microbatch: returns the loss value, its gradient with
-// respect to each position's log-prob (size T; ignored when forward_only) and
-// metrics. The built-in loss (loss_fn empty) is the masked mean next-token
+// respect to each position's log-prob (size T; ignored when forward_only),
+// optionally its gradient with respect to each position's entropy (size T,
+// with calculate_entropy; empty: the loss does not depend on it) and metrics. The built-in loss (loss_fn empty) is the masked mean next-token
 // cross entropy over all loss tokens of the global batch.
 struct LossOutput {
   double loss = 0.0;
   std::vector<double> grad_log_probs;
+  std::vector<double> grad_entropy;
   std::map<std::string, double> metrics;
 };
 using LossFn = std::function<LossOutput(const ModelOutputs& outputs, const PackedBatch& microbatch)>;

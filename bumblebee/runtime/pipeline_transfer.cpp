@@ -47,7 +47,8 @@ void broadcast_from_last_stage(dist::Communicator& pp, Device dev, ForwardResult
     j["metrics"] = result.metrics;
     j["local_loss_sum"] = local_loss_sum;
     for (const ModelOutputs& o : result.model_output)
-      j["outputs"].push_back({{"loss", o.loss}, {"log_probs", o.log_probs}, {"token_loss", o.token_loss}});
+      j["outputs"].push_back(
+          {{"loss", o.loss}, {"log_probs", o.log_probs}, {"token_loss", o.token_loss}, {"entropy", o.entropy}});
   }
   j = nlohmann::json::parse(broadcast_string(pp, root, dev, pp.rank() == root ? j.dump() : std::string()));
   if (pp.rank() == root) return;
@@ -55,8 +56,11 @@ void broadcast_from_last_stage(dist::Communicator& pp, Device dev, ForwardResult
   local_loss_sum = j.at("local_loss_sum").get<double>();
   for (size_t i = 0; i < result.model_output.size(); ++i) {
     const nlohmann::json& o = j.at("outputs").at(i);
-    result.model_output[i] = {o.at("loss").get<double>(), o.at("log_probs").get<std::vector<double>>(),
-                              o.at("token_loss").get<std::vector<double>>()};
+    ModelOutputs& out = result.model_output[i];
+    out.loss = o.at("loss").get<double>();
+    out.log_probs = o.at("log_probs").get<std::vector<double>>();
+    out.token_loss = o.at("token_loss").get<std::vector<double>>();
+    out.entropy = o.at("entropy").get<std::vector<double>>();
   }
 }
 

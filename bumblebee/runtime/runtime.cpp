@@ -291,7 +291,7 @@ void Runtime::zero_grad(ModelHandle& h) {
 }
 
 ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data, const LossFn& loss_fn,
-                                        int num_microbatches, bool forward_only) {
+                                        int num_microbatches, bool forward_only, bool calculate_entropy) {
   ModelState& st = h.state();
   forward_only = forward_only || !st.training;
   check_on_device(st, OffloadParts{true, false, !forward_only}, "forward_backward");
@@ -318,6 +318,7 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   for (const PackedBatch& mb : mbs) {
     prepared.push_back(prepare_microbatch(mb, model.vocab_size(), parallel_->tp_size(), device_, loss_dt, cp));
     PreparedMicroBatch& pm = prepared.back();
+    pm.device.calculate_entropy = calculate_entropy && host_outputs;
     local_tokens += pm.microbatch_loss_tokens;
     if (replay == RouterReplayMode::Off) continue;
     pm.router_replay = std::make_shared<RouterReplay>(replay, mb.routed_experts, pm.real_tokens,
@@ -348,53 +349,73 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
     ops::scale_(d, global_tokens > 0 ? 1.0 / global_tokens : 0.0);
     return d;
   };
-  hooks.loss = [&](size_t i, const Tensor& token_loss) -> Tensor {
+  hooks.loss = [&](size_t i, const Tensor& token_loss, const Tensor& entropy) -> ScheduleHooks::LossGrads {
     PreparedMicroBatch& pm = prepared[i];
     if (!host_outputs) {
       Tensor slot = loss_sums.narrow(i, 1);
       ops::dot(token_loss, pm.device_loss_mask, slot);
-      return Tensor();
+      return {};
     }
     const std::vector<double> tl = token_loss.to_doubles();
+    const std::vector<double> ent = entropy.defined() ? entropy.to_doubles() : std::vector<double>();
     ModelOutputs& out = result.model_output[i];
-    // The log-probs and token losses in the microbatch's token order. Under cp
-    // each rank holds its zigzag chunks: it fills in its own tokens, and the
-    // sum over cp (each token on one rank, zeros elsewhere) has them all.
+    // The log-probs, token losses (and entropies) in the microbatch's token
+    // order. Under cp each rank holds its zigzag chunks: it fills in its own
+    // tokens, and the sum over cp (each token on one rank, zeros elsewhere)
+    // has them all.
     const size_t T = size_t(pm.real_tokens);
-    std::vector<double> per_token(2 * T, 0.0);
+    const size_t fields = ent.empty() ? 2 : 3;
+    std::vector<double> per_token(fields * T, 0.0);
     for (size_t p = 0; p < pm.token_index.size(); ++p) {
       const int64_t t = pm.token_index[p];
       if (t < 0 || !pm.has_label[p]) continue;
       per_token[size_t(t)] = -tl[p];
       per_token[T + size_t(t)] = pm.loss_mask[p] * tl[p];
+      if (!ent.empty()) per_token[2 * T + size_t(t)] = ent[p];
     }
     if (cp.size > 1) {
-      Tensor gathered = Tensor::from_doubles(per_token, {int64_t(2 * T)}, DType::F64).to(device_);
+      Tensor gathered = Tensor::from_doubles(per_token, {int64_t(fields * T)}, DType::F64).to(device_);
       parallel_->cp().all_reduce(gathered);
       per_token = gathered.to_doubles();
     }
-    out.log_probs.assign(per_token.begin(), per_token.begin() + std::ptrdiff_t(T));
-    out.token_loss.assign(per_token.begin() + std::ptrdiff_t(T), per_token.end());
+    const auto field = [&](size_t k) {
+      return std::vector<double>(per_token.begin() + std::ptrdiff_t(k * T), per_token.begin() + std::ptrdiff_t((k + 1) * T));
+    };
+    out.log_probs = field(0);
+    out.token_loss = field(1);
+    if (!ent.empty()) out.entropy = field(2);
     double mb_loss_sum = 0;
     for (double l : out.token_loss) mb_loss_sum += l;
     if (!loss_fn) {
       out.loss = pm.microbatch_loss_tokens > 0 ? mb_loss_sum / pm.microbatch_loss_tokens : 0.0;
       result.metrics["loss"].push_back(out.loss);
       local_loss_sum += mb_loss_sum;
-      return Tensor();
+      return {};
     }
     LossOutput lo = loss_fn(out, mbs[i]);
     out.loss = lo.loss;
     for (const auto& [k, v] : lo.metrics) result.metrics[k].push_back(v);
     result.metrics["loss"].push_back(lo.loss);
     local_loss_sum += lo.loss;
-    if (forward_only) return Tensor();
+    if (forward_only) return {};
     BB_CHECK(int64_t(lo.grad_log_probs.size()) == pm.real_tokens, "loss_fn returned ", lo.grad_log_probs.size(),
              " log-prob gradients for a microbatch of ", pm.real_tokens, " tokens");
-    std::vector<double> d(size_t(pm.device.num_tokens), 0.0);   // this rank's positions; padding gets 0
-    for (size_t p = 0; p < d.size(); ++p)
-      if (pm.token_index[p] >= 0) d[p] = -lo.grad_log_probs[size_t(pm.token_index[p])];
-    return Tensor::from_doubles(d, {pm.device.num_tokens}, loss_dt).to(device_);
+    BB_CHECK(lo.grad_entropy.empty() || ent.size() > 0, "loss_fn returned entropy gradients, but forward_backward ",
+             "was not asked to calculate the entropy (calculate_entropy)");
+    BB_CHECK(lo.grad_entropy.empty() || int64_t(lo.grad_entropy.size()) == pm.real_tokens, "loss_fn returned ",
+             lo.grad_entropy.size(), " entropy gradients for a microbatch of ", pm.real_tokens, " tokens");
+    // This rank's positions; padding and each sequence's last position (no entropy output) get 0.
+    const size_t P = size_t(pm.device.num_tokens);
+    std::vector<double> d(P, 0.0), de(lo.grad_entropy.empty() ? 0 : P, 0.0);
+    for (size_t p = 0; p < P; ++p) {
+      if (pm.token_index[p] < 0) continue;
+      d[p] = -lo.grad_log_probs[size_t(pm.token_index[p])];
+      if (!de.empty() && pm.has_label[p]) de[p] = lo.grad_entropy[size_t(pm.token_index[p])];
+    }
+    ScheduleHooks::LossGrads grads;
+    grads.dloss = Tensor::from_doubles(d, {pm.device.num_tokens}, loss_dt).to(device_);
+    if (!de.empty()) grads.dentropy = Tensor::from_doubles(de, {pm.device.num_tokens}, loss_dt).to(device_);
+    return grads;
   };
   // The auxiliary losses (MoE routers) are scalars per microbatch beside the
   // per-token loss: weighted by each microbatch's share of the step's loss

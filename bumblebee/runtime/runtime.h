@@ -31,6 +31,16 @@ namespace bb {
 
 struct ModelState;
 
+// export_weights for RL weight sync: what the sink receives and how.
+struct ExportOptions {
+  std::string dtype;          // "" keeps each tensor's dtype; else a dtype name (bfloat16, float32, float64)
+  uint64_t bucket_bytes = 0;  // bytes per bucket (in `dtype`); 0: export.bucket_bytes. A larger tensor is its own bucket
+  bool rank0_only = false;    // only world rank 0's sink is called (every rank still takes part)
+};
+// (hf_name, full host tensor) pairs in HF naming, in export order.
+using WeightBucket = std::vector<std::pair<std::string, Tensor>>;
+using WeightBucketSink = std::function<void(const WeightBucket& bucket)>;
+
 class ModelHandle {
  public:
   ModelHandle() = default;
@@ -74,8 +84,10 @@ class Runtime {
   [[nodiscard]] std::unique_ptr<ModeGuard> train_mode(ModelHandle& h);
   [[nodiscard]] std::unique_ptr<ModeGuard> eval_mode(ModelHandle& h);   // no gradients
   void zero_grad(ModelHandle& h);
+  // calculate_entropy: ModelOutputs::entropy is filled (host outputs: forward
+  // only or with a loss_fn), and a loss_fn may return grad_entropy.
   ForwardResult forward_backward(ModelHandle& h, const PackedBatch& data, const LossFn& loss_fn = {},
-                                 int num_microbatches = 1, bool forward_only = false);
+                                 int num_microbatches = 1, bool forward_only = false, bool calculate_entropy = false);
   OptimizerStepResult optimizer_step(ModelHandle& h);
   double lr_scheduler_step(ModelHandle& h);   // returns the learning rate for the next step
   double current_lr(ModelHandle& h) const;
@@ -95,6 +107,11 @@ class Runtime {
   // larger). Collective: every rank calls it, and every rank's sink sees
   // every tensor. runtime/hf_export.cpp.
   void export_weights(ModelHandle& h, const WeightSink& sink);
+  // The same stream as host tensors in `opts.dtype`, handed to the sink one
+  // bucket at a time: a bucket holds at most opts.bucket_bytes (or one larger
+  // tensor), so host memory stays bounded by one bucket plus one tensor.
+  // Collective like the form above. runtime/weight_buckets.cpp.
+  void export_weights(ModelHandle& h, const WeightBucketSink& sink, const ExportOptions& opts);
   // Writes the model as an HF checkpoint directory from world rank 0,
   // streaming (HFCheckpointWriter): shards under export.max_shard_bytes with
   // model.safetensors.index.json, tensors in export.dtype, config.json, and

@@ -17,11 +17,12 @@ void run_sequential_schedule(ModelChunk& chunk, const std::vector<PreparedMicroB
     const Tensor fused = forward_only ? Tensor() : hooks.fused_dloss(i);
     std::unique_ptr<ForwardState> state;
     const Tensor token_loss = chunk.forward(mb, Tensor(), fused, state);
-    const Tensor dloss = hooks.loss(i, token_loss);
+    const ScheduleHooks::LossGrads grads = hooks.loss(i, token_loss, chunk.entropy(*state));
     if (hooks.aux_loss) hooks.aux_loss(i, chunk.aux_loss(*state));
     if (forward_only) continue;
+    if (grads.dentropy.defined()) chunk.set_entropy_grad(*state, grads.dentropy);
     const bool last = i + 1 == microbatches.size();
-    chunk.backward(mb, fused.defined() ? fused : dloss, *state, last ? on_grad_ready : GradReadyFn());
+    chunk.backward(mb, fused.defined() ? fused : grads.dloss, *state, last ? on_grad_ready : GradReadyFn());
   }
 }
 
@@ -79,8 +80,9 @@ void run_pipeline_schedule(const std::vector<ModelChunk*>& chunks, const std::ve
                  ", the pipeline sends ", dtype_name(shapes.dtype), shape_str({mb.num_tokens / shapes.tp, shapes.hidden_size}));
         outbox[Key{true, i, stage}] = out;
       } else {
-        const Tensor dloss = hooks.loss(size_t(i), out);
-        loss_grads[{i, a.chunk}] = fused.defined() ? fused : dloss;
+        const ScheduleHooks::LossGrads grads = hooks.loss(size_t(i), out, chunk.entropy(*state));
+        if (grads.dentropy.defined() && !forward_only) chunk.set_entropy_grad(*state, grads.dentropy);
+        loss_grads[{i, a.chunk}] = fused.defined() ? fused : grads.dloss;
       }
       if (forward_only) states.erase({i, a.chunk});
       continue;

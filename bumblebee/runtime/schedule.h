@@ -23,9 +23,14 @@ struct ScheduleHooks {
   // The loss gradient to fold into the last stage's forward of microbatch i
   // (the built-in loss, known before the forward), or undefined.
   std::function<Tensor(size_t i)> fused_dloss;
-  // The last stage's per-token loss of microbatch i -> the gradient that
-  // microbatch's backward starts from (ignored when forward_only).
-  std::function<Tensor(size_t i, const Tensor& token_loss)> loss;
+  // The last stage's per-token loss (and entropy, undefined unless asked for)
+  // of microbatch i -> the gradients that microbatch's backward starts from
+  // (ignored when forward_only).
+  struct LossGrads {
+    Tensor dloss;      // [T] of the token loss
+    Tensor dentropy;   // [T] of the entropy, or undefined
+  };
+  std::function<LossGrads(size_t i, const Tensor& token_loss, const Tensor& entropy)> loss;
   // The auxiliary loss of microbatch i's forward (ModelChunk::aux_loss), on the stages that hold the loss.
   std::function<void(size_t i, const AuxLoss& aux)> aux_loss;
 };

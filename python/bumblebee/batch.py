@@ -5,6 +5,10 @@ loss_mask[T] (default: every position) run over all tokens; seq_lens[S] says
 where each sequence ends. Position t is scored on the token at t + 1 of its
 sequence, so the last position of a sequence scores nothing.
 
+routed_experts (MoE router replay): int [T, MoE layers, k], the experts each
+token is routed to when forward_backward(..., router_replay="replay") runs, as
+a "record" call returns them in ModelOutputs.routed_experts.
+
 Arrays in: numpy arrays, lists, or any object with ``__dlpack__`` (a torch
 tensor; a GPU tensor is copied to the host, since the runtime moves the batch
 itself). Token ids, labels, positions and lengths must be of an integer dtype,
@@ -41,12 +45,30 @@ def _typed(field, value, kinds, dtype, expected):
     return np.ascontiguousarray(array, dtype=dtype)
 
 
+def _routes(value, num_tokens):
+    """routed_experts as a C-contiguous int64 [T, L, k] array."""
+    if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
+        if value.__dlpack_device__()[0] != _DLPACK_CPU:
+            value = value.cpu()
+        value = np.from_dlpack(value)
+    array = np.asarray(value)
+    if array.ndim != 3 or array.shape[0] != num_tokens:
+        raise _native.Error(
+            f"PackedBatch.routed_experts: shape {array.shape}, expected [{num_tokens} tokens, MoE layers, experts per token]"
+        )
+    if array.size and array.dtype.kind not in "iu":
+        raise _native.Error(f"PackedBatch.routed_experts: dtype {array.dtype}, expected an integer dtype")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
 class PackedBatch:
     """A packed batch of sequences; see the module doc for each field. The arrays
     are checked and copied for the runtime when the batch is made: treat the
     batch as immutable and make a new one for other data."""
 
-    def __init__(self, input_ids, seq_lens=None, labels=None, loss_mask=None, position_ids=None, extras=None):
+    def __init__(
+        self, input_ids, seq_lens=None, labels=None, loss_mask=None, position_ids=None, extras=None, routed_experts=None
+    ):
         ints = "an integer dtype (int64)"
         self.input_ids = _typed("input_ids", input_ids, "iu", np.int64, ints)
         self.seq_lens = (
@@ -62,8 +84,10 @@ class PackedBatch:
         self.extras = {
             str(k): _typed(f"extras['{k}']", v, "fiu", np.float64, "a numeric dtype") for k, v in (extras or {}).items()
         }
+        self.routed_experts = None if routed_experts is None else _routes(routed_experts, self.input_ids.size)
+        flat_routes = np.zeros(0, np.int64) if self.routed_experts is None else self.routed_experts.reshape(-1)
         self._native = _native.PackedBatch(
-            self.input_ids, self.labels, self.seq_lens, self.loss_mask, self.position_ids, self.extras
+            self.input_ids, self.labels, self.seq_lens, self.loss_mask, self.position_ids, self.extras, flat_routes
         )
 
     @classmethod

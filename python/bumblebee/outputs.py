@@ -16,8 +16,12 @@ class ModelOutputs:
 
     log_probs: [T] float64 log p(label at t + 1 | prefix) at the configured
     temperature (backend.temperature); present in forward_only calls and for a
-    loss_fn. token_loss: [T] -log_probs x loss mask. entropy and
-    routed_experts are not computed yet and stay None.
+    loss_fn. token_loss: [T] -log_probs x loss mask. entropy: [T] float64
+    entropy of the next-token distribution at the temperature, computed
+    vocab-parallel, with calculate_entropy=True (where log_probs are). Both
+    hold 0 at each sequence's last position. routed_experts: [T, MoE layers,
+    k] int64, the experts each token was routed to, with
+    router_replay="record"; else None.
     """
 
     loss: float | None = None

@@ -19,6 +19,10 @@ dp rank passes its own part of the global batch (ModelHandle.dp_rank/dp_size).
 
 import contextlib
 import json
+import queue
+import threading
+
+import numpy as np
 
 from . import _bumblebee as _native
 from .config import RuntimeConfig
@@ -105,14 +109,31 @@ class Runtime:
         already is in host memory and to(h, "cpu") does nothing."""
         self._native.to(h._native, device, model, optimizer, grad)
 
-    def forward_backward(self, h, batch, loss_fn=None, num_microbatches=1, forward_only=False, *, calculate_entropy=False):
+    def forward_backward(
+        self,
+        h,
+        batch,
+        loss_fn=None,
+        num_microbatches=1,
+        forward_only=False,
+        *,
+        calculate_entropy=False,
+        router_replay=None,
+    ):
         """Forward (and, unless forward_only, backward) of `batch` in num_microbatches
         microbatches of whole sequences; gradients accumulate until zero_grad.
         loss_fn: None for the built-in masked mean cross entropy, or a callable
         (bumblebee.loss documents both forms). forward_only returns per-token
-        log-probs in model_output."""
-        if calculate_entropy:
-            raise _native.Error("forward_backward(calculate_entropy=True): entropy is not implemented yet")
+        log-probs in model_output. calculate_entropy: model_output[i].entropy
+        holds each position's entropy at the temperature (forward_only or with
+        a loss_fn, which may then take its gradient: bumblebee.loss).
+        router_replay (MoE models): "record" returns
+        each microbatch's routes in model_output[i].routed_experts ([T, MoE
+        layers, k] int64); "replay" routes every token as batch.routed_experts says."""
+        if router_replay not in (None, "record", "replay"):
+            raise _native.Error(f"forward_backward: router_replay '{router_replay}' is not one of None, record, replay")
+        if router_replay == "replay" and batch.routed_experts is None:
+            raise _native.Error('forward_backward(router_replay="replay") needs PackedBatch.routed_experts')
         if not forward_only and not h.training:
             raise _native.Error(
                 "forward_backward with gradients in eval mode: pass forward_only=True, or call it under train_mode"
@@ -122,15 +143,22 @@ class Runtime:
             local_tokens = float(batch.shifted_loss_mask().sum())
             ctx = LossContext(
                 temperature=self.config.backend_cfg.temperature,
+                calculate_entropy=calculate_entropy,
                 num_tokens=int(round(h._native.dp_all_reduce_sum(local_tokens))),
                 num_microbatches=num_microbatches,
                 forward_only=forward_only,
                 source_batch=batch,
             )
             adapter = LossAdapter(loss_fn, ctx)
-        r = self._native.forward_backward(h._native, batch._native, adapter, num_microbatches, forward_only)
+        r = self._native.forward_backward(
+            h._native, batch._native, adapter, num_microbatches, forward_only, calculate_entropy, router_replay or ""
+        )
         if not forward_only:
             h._has_grads = True
+        layers, top_k, _ = h._native.router_shape
+        for o in r["model_output"]:
+            if o["routed_experts"] is not None:
+                o["routed_experts"] = o["routed_experts"].reshape(-1, layers, top_k)
         return ForwardResult(
             loss=r["loss"],
             metrics=r["metrics"],
@@ -168,20 +196,75 @@ class Runtime:
         """The model as an HF checkpoint directory (config.json + safetensors), from rank 0."""
         self._native.save_hf_checkpoint(h._native, str(path))
 
-    def export_weights(self, h, dtype=None):
-        """Yields (hf_name, numpy array) in HF naming, full tensors gathered over tp;
-        every rank of the tp group must call it. dtype: None (float64 models give
-        float64, others float32), "float32" or "float64". The tensors are gathered
-        before the first is yielded."""
-        if dtype not in (None, "float32", "float64"):
-            raise _native.Error(f"export_weights: dtype '{dtype}' is not supported (None, float32 or float64)")
-        weights = []
-        self._native.export_weights(h._native, lambda name, array: weights.append((name, array)), dtype or "")
-        yield from weights
+    def export_weights(self, h, dtype=None, bucket_bytes=None, rank0_only=False):
+        """Yields (hf_name, numpy array) in HF naming, full tensors gathered over
+        tp, pp and ep, one bucket at a time: host memory holds one bucket of at
+        most bucket_bytes (None: export.bucket_bytes; a larger tensor comes
+        alone) while the next is gathered. Collective: every rank calls it and
+        runs it to the end (or closes it); rank0_only=True yields nothing on the
+        other ranks. dtype: None keeps each tensor's dtype (bfloat16 on CUDA),
+        or "bfloat16", "float32", "float64". bfloat16 arrays have the
+        ml_dtypes.bfloat16 dtype when ml_dtypes is installed, else dtype uint16
+        holding the bits (view them with torch: t.view(torch.bfloat16)). No
+        other runtime call may run while the generator is open."""
+        if dtype not in (None, "bfloat16", "float32", "float64"):
+            raise _native.Error(f"export_weights: dtype '{dtype}' is not supported (None, bfloat16, float32 or float64)")
+        if bucket_bytes is not None and bucket_bytes <= 0:
+            raise _native.Error(f"export_weights: bucket_bytes must be positive, got {bucket_bytes}")
+        yield from _exported_buckets(self._native, h._native, dtype or "", bucket_bytes or 0, rank0_only)
 
     def logits(self, h, batch):
         """Full-vocabulary logits [T, V] (float64) of a batch, for validation."""
         return self._native.logits(h._native, batch._native)
+
+
+def _bfloat16_dtype():
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return ml_dtypes.bfloat16
+
+
+def _exported_buckets(native, handle, dtype, bucket_bytes, rank0_only):
+    """The native bucketed export, run on a worker thread that hands over one
+    bucket at a time: the threads take turns (the worker waits while the caller
+    holds a bucket), so one thread at a time calls into MPI. Closing the
+    generator early lets the worker finish the export without handing out the
+    rest, so every rank's collectives still match."""
+    handoff = queue.Queue(maxsize=1)
+    resume = threading.Semaphore(0)
+    draining = threading.Event()
+    failure = []
+
+    def sink(bucket):
+        if draining.is_set():
+            return
+        handoff.put(bucket)
+        resume.acquire()
+
+    def work():
+        try:
+            native.export_weights(handle, sink, dtype, bucket_bytes, rank0_only)
+        except BaseException as e:   # re-raised on the caller's thread
+            failure.append(e)
+        handoff.put(None)
+
+    bf16 = _bfloat16_dtype() if dtype in ("", "bfloat16") else None
+    worker = threading.Thread(target=work, name="bumblebee-export", daemon=True)
+    worker.start()
+    try:
+        while (bucket := handoff.get()) is not None:
+            for name, array in bucket:
+                yield name, array.view(bf16) if bf16 is not None and array.dtype == np.uint16 else array
+            del bucket
+            resume.release()
+    finally:
+        draining.set()
+        resume.release()
+        worker.join()
+    if failure:
+        raise failure[0]
 
 
 def create_runtime(cfg=None, *overrides):

@@ -16,6 +16,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "bumblebee/core/device_memory.h"
 #include "bumblebee/model/plugin.h"
 #include "bumblebee/runtime/model_state.h"
 #include "bumblebee/runtime/runtime.h"
@@ -49,40 +50,44 @@ std::vector<T> to_vector(const HostArray<T>& a) {
   return std::vector<T>(a.data(), a.data() + a.shape(0));
 }
 
-// The dtype an exported tensor is handed out in: `dtype` ("float32" /
-// "float64") when given, else float64 for float64 tensors and float32 for
-// every narrower floating dtype (numpy has no bfloat16).
-DType export_dtype(const Tensor& t, const std::string& dtype) {
-  if (dtype.empty()) return t.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  const DType dt = dtype_from_name(dtype);
-  BB_CHECK(dt == DType::F64 || dt == DType::F32, "export_weights: dtype '", dtype,
-           "' is not supported (float32 or float64)");
-  return dt;
+// A host tensor of an export bucket as a numpy array over its storage (no
+// copy: the bucket owns its data); bfloat16, which numpy lacks, as uint16
+// holding the bits (bumblebee/runtime.py views it as ml_dtypes.bfloat16 when
+// that is installed).
+template <typename T>
+nb::object host_view(const Tensor& host) {
+  std::vector<size_t> shape(host.shape().begin(), host.shape().end());
+  auto* owned = new Tensor(host);
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(static_cast<T*>(owned->raw()), shape.size(), shape.data(), owner));
 }
 
-nb::object tensor_to_numpy(const Tensor& t, DType dt) {
-  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
-  const Tensor host = t.to(Device::cpu()).to(dt);
-  if (dt == DType::F64) {
-    const double* p = host.data<double>();
-    return nb::cast(to_numpy(std::vector<double>(p, p + host.numel()), shape));
+nb::object tensor_to_numpy(const Tensor& host) {
+  switch (host.dtype()) {
+    case DType::F64: return host_view<double>(host);
+    case DType::F32: return host_view<float>(host);
+    case DType::BF16: return host_view<uint16_t>(host);
+    default: BB_FAIL("export_weights: no numpy form for dtype ", dtype_name(host.dtype()));
   }
-  const float* p = host.data<float>();
-  return nb::cast(to_numpy(std::vector<float>(p, p + host.numel()), shape));
 }
 
 // The Python loss adapter (bumblebee/loss.py) is called with (log_probs,
-// token_loss, microbatch) and returns (loss, grad_log_probs or None, metrics),
-// already checked for shape, dtype and finiteness.
+// token_loss, entropy or None, microbatch) and returns (loss, grad_log_probs
+// or None, metrics, grad_entropy or None), already checked for shape, dtype
+// and finiteness.
 LossFn python_loss(nb::object fn) {
   if (fn.is_none()) return {};
   return [fn](const ModelOutputs& out, const PackedBatch& mb) {
-    nb::tuple r = nb::cast<nb::tuple>(fn(to_numpy(out.log_probs), to_numpy(out.token_loss), mb.with_defaults()));
-    BB_CHECK(r.size() == 3, "loss adapter returned ", r.size(), " values, expected (loss, grad_log_probs, metrics)");
+    nb::object entropy = out.entropy.empty() ? nb::none() : nb::cast(to_numpy(out.entropy));
+    nb::tuple r = nb::cast<nb::tuple>(
+        fn(to_numpy(out.log_probs), to_numpy(out.token_loss), entropy, mb.with_defaults()));
+    BB_CHECK(r.size() == 4, "loss adapter returned ", r.size(),
+             " values, expected (loss, grad_log_probs, metrics, grad_entropy)");
     LossOutput lo;
     lo.loss = nb::cast<double>(r[0]);
     if (!r[1].is_none()) lo.grad_log_probs = to_vector(nb::cast<HostArray<double>>(r[1]));
     lo.metrics = nb::cast<std::map<std::string, double>>(r[2]);
+    if (!r[3].is_none()) lo.grad_entropy = to_vector(nb::cast<HostArray<double>>(r[3]));
     return lo;
   };
 }
@@ -99,6 +104,8 @@ nb::dict forward_result_to_python(ForwardResult&& r) {
     od["loss"] = o.loss;
     od["log_probs"] = o.log_probs.empty() ? nb::none() : nb::cast(to_numpy(o.log_probs));
     od["token_loss"] = o.token_loss.empty() ? nb::none() : nb::cast(to_numpy(o.token_loss));
+    od["entropy"] = o.entropy.empty() ? nb::none() : nb::cast(to_numpy(o.entropy));
+    od["routed_experts"] = o.routed_experts.empty() ? nb::none() : nb::cast(to_numpy(o.routed_experts));
     outputs.append(od);
   }
   d["model_output"] = outputs;
@@ -117,7 +124,8 @@ void bind_packed_batch(nb::module_& m) {
       .def(
           "__init__",
           [](PackedBatch* b, HostArray<int64_t> input_ids, HostArray<int64_t> labels, HostArray<int64_t> seq_lens,
-             HostArray<float> loss_mask, HostArray<int64_t> position_ids, nb::dict extras) {
+             HostArray<float> loss_mask, HostArray<int64_t> position_ids, nb::dict extras,
+             HostArray<int64_t> routed_experts) {
             new (b) PackedBatch();
             b->input_ids = to_vector(input_ids);
             b->labels = to_vector(labels);
@@ -125,15 +133,17 @@ void bind_packed_batch(nb::module_& m) {
             b->loss_mask = to_vector(loss_mask);
             b->position_ids = to_vector(position_ids);
             for (auto [k, v] : extras) b->extras[nb::cast<std::string>(k)] = to_vector(nb::cast<HostArray<double>>(v));
+            b->routed_experts = to_vector(routed_experts);
             b->validate();
           },
           nb::arg("input_ids"), nb::arg("labels"), nb::arg("seq_lens"), nb::arg("loss_mask"), nb::arg("position_ids"),
-          nb::arg("extras"))
+          nb::arg("extras"), nb::arg("routed_experts"))
       .def_prop_ro("input_ids", [](const PackedBatch& b) { return nb::cast(to_numpy(b.input_ids)); })
       .def_prop_ro("labels", [](const PackedBatch& b) { return nb::cast(to_numpy(b.labels)); })
       .def_prop_ro("seq_lens", [](const PackedBatch& b) { return nb::cast(to_numpy(b.seq_lens)); })
       .def_prop_ro("loss_mask", [](const PackedBatch& b) { return nb::cast(to_numpy(b.loss_mask)); })
       .def_prop_ro("position_ids", [](const PackedBatch& b) { return nb::cast(to_numpy(b.position_ids)); })
+      .def_prop_ro("routed_experts", [](const PackedBatch& b) { return nb::cast(to_numpy(b.routed_experts)); })
       .def_prop_ro("extras", [](const PackedBatch& b) {
         nb::dict d;
         for (const auto& [k, v] : b.extras) d[k.c_str()] = to_numpy(v);
@@ -148,6 +158,13 @@ void bind_model_handle(nb::module_& m) {
       .def_prop_ro("config", [](const ModelHandle& h) { return h.config().dump(); })
       .def_prop_ro("training", [](const ModelHandle& h) { return h.state().training; })
       .def_prop_ro("vocab_size", [](const ModelHandle& h) { return h.model().vocab_size(); })
+      .def_prop_ro(
+          "router_shape",
+          [](const ModelHandle& h) {
+            const ModelChunk::RouterShape s = h.model().router_shape();
+            return std::make_tuple(s.moe_layers, s.top_k, s.num_experts);
+          },
+          "(MoE layers, experts per token, experts); zeros for a dense model.")
       .def(
           "dp_all_reduce_sum", [](const ModelHandle& h, double v) { return h.dp_group().all_reduce_scalar(v); },
           nb::arg("value"), "Sum of `value` over the data-parallel group (collective).");
@@ -191,12 +208,18 @@ void bind_runtime(nb::module_& m) {
       .def(
           "forward_backward",
           [](Runtime& rt, ModelHandle& h, const PackedBatch& batch, nb::object loss_fn, int num_microbatches,
-             bool forward_only) {
+             bool forward_only, bool calculate_entropy, const std::string& router_replay) {
+            const LossFn fn = python_loss(loss_fn);
+            if (router_replay.empty())
+              return forward_result_to_python(
+                  rt.forward_backward(h, batch, fn, num_microbatches, forward_only, calculate_entropy));
+            PackedBatch replayed = batch;
+            replayed.router_replay = router_replay;
             return forward_result_to_python(
-                rt.forward_backward(h, batch, python_loss(loss_fn), num_microbatches, forward_only));
+                rt.forward_backward(h, replayed, fn, num_microbatches, forward_only, calculate_entropy));
           },
           nb::arg("h"), nb::arg("batch"), nb::arg("loss_fn").none(), nb::arg("num_microbatches"),
-          nb::arg("forward_only"))
+          nb::arg("forward_only"), nb::arg("calculate_entropy"), nb::arg("router_replay"))
       .def("optimizer_step",
            [](Runtime& rt, ModelHandle& h) {
              const OptimizerStepResult s = rt.optimizer_step(h);
@@ -210,12 +233,25 @@ void bind_runtime(nb::module_& m) {
            [](Runtime& rt, ModelHandle& h, const std::string& dir) { rt.save_hf_checkpoint(h, dir); })
       .def(
           "export_weights",
-          [](Runtime& rt, ModelHandle& h, nb::callable sink, const std::string& dtype) {
-            rt.export_weights(h, [&](const std::string& name, const Tensor& full) {
-              sink(name, tensor_to_numpy(full, export_dtype(full, dtype)));
-            });
+          [](Runtime& rt, ModelHandle& h, nb::callable sink, const std::string& dtype, uint64_t bucket_bytes,
+             bool rank0_only) {
+            // Python runs the export on a worker thread (bumblebee/runtime.py), whose current device is unset.
+            device_make_current(rt.device());
+            ExportOptions opts;
+            opts.dtype = dtype;
+            opts.bucket_bytes = bucket_bytes;
+            opts.rank0_only = rank0_only;
+            rt.export_weights(
+                h,
+                [&](const WeightBucket& bucket) {
+                  nb::list out;
+                  for (const auto& [name, t] : bucket) out.append(nb::make_tuple(name, tensor_to_numpy(t)));
+                  sink(out);
+                },
+                opts);
           },
-          nb::arg("h"), nb::arg("sink"), nb::arg("dtype"))
+          nb::arg("h"), nb::arg("sink"), nb::arg("dtype"), nb::arg("bucket_bytes"), nb::arg("rank0_only"),
+          "Calls sink([(hf_name, numpy array), ...]) once per bucket (Runtime::export_weights with ExportOptions).")
       .def("logits", [](Runtime& rt, ModelHandle& h, const PackedBatch& batch) {
         const Tensor l = rt.logits(h, batch);
         return to_numpy(l.to_doubles(), {size_t(l.size(0)), size_t(l.size(1))});

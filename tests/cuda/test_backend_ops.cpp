@@ -535,6 +535,51 @@ void cross_entropy_cases(std::vector<Case>& cases) {
                          return std::vector<Check>{compare("dlogits", dlogits, kBf16Bound)};
                        }});
     }
+    // Entropy: the shard's sum of exp(z - max) z, the entropy from the sums, and the joint backward.
+    cases.push_back({"logits_zexp_sum", shape, [=](Generator& gen) {
+                       Pair logits = random_pair(gen, {c.rows, c.vocab_local}, DType::BF16, 3.0);
+                       Tensor max_cpu = Tensor::empty({c.rows}, DType::F32);
+                       ops::logits_row_max(logits.cpu, max_cpu);
+                       Pair row_max = pair_from_cpu(max_cpu, DType::F32);
+                       Pair zexp = output_pair({c.rows}, DType::F32);
+                       cuda::logits_zexp_sum(logits.gpu, row_max.gpu, zexp.gpu);
+                       ops::logits_zexp_sum(logits.cpu, row_max.cpu, zexp.cpu);
+                       return std::vector<Check>{compare("zexp_sum", zexp, kF32Bound)};
+                     }});
+    cases.push_back({"entropy_from_sums", shape, [=](Generator& gen) {
+                       Pair lse = random_pair(gen, {c.rows}, DType::F32, 3.0);
+                       Pair sumexp = random_pair(gen, {c.rows}, DType::F32, 100.0, 200.0);
+                       Pair zexp = random_pair(gen, {c.rows}, DType::F32, 50.0);
+                       Pair entropy = output_pair({c.rows}, DType::F32);
+                       cuda::entropy_from_sums(lse.gpu, sumexp.gpu, zexp.gpu, entropy.gpu);
+                       ops::entropy_from_sums(lse.cpu, sumexp.cpu, zexp.cpu, entropy.cpu);
+                       return std::vector<Check>{compare("entropy", entropy, kF32Bound)};
+                     }});
+    for (bool in_place : {false, true}) {
+      cases.push_back({"cross_entropy_entropy_backward", shape + (in_place ? " in-place" : ""), [=](Generator& gen) {
+                         Pair logits = random_pair(gen, {c.rows, c.vocab_local}, DType::BF16, 3.0);
+                         Pair labels = draw_labels(gen);
+                         // The local shard's statistics stand in for the group-reduced ones.
+                         Tensor max_cpu = Tensor::empty({c.rows}, DType::F32), s_cpu = Tensor::empty({c.rows}, DType::F32),
+                                t_cpu = Tensor::empty({c.rows}, DType::F32), lse_cpu = Tensor::empty({c.rows}, DType::F32),
+                                loss_cpu = Tensor::empty({c.rows}, DType::F32), z_cpu = Tensor::empty({c.rows}, DType::F32),
+                                h_cpu = Tensor::empty({c.rows}, DType::F32);
+                         ops::logits_row_max(logits.cpu, max_cpu);
+                         ops::logits_sumexp_target(logits.cpu, max_cpu, labels.cpu, c.vocab_start, s_cpu, t_cpu);
+                         ops::cross_entropy_loss(max_cpu, s_cpu, t_cpu, lse_cpu, loss_cpu);
+                         ops::logits_zexp_sum(logits.cpu, max_cpu, z_cpu);
+                         ops::entropy_from_sums(lse_cpu, s_cpu, z_cpu, h_cpu);
+                         Pair lse = pair_from_cpu(lse_cpu, DType::F32), entropy = pair_from_cpu(h_cpu, DType::F32);
+                         Pair dloss = random_pair(gen, {c.rows}, DType::F32);
+                         Pair dentropy = random_pair(gen, {c.rows}, DType::F32);
+                         Pair dlogits = in_place ? logits : output_pair({c.rows, c.vocab_local}, DType::BF16);
+                         cuda::cross_entropy_entropy_backward(logits.gpu, labels.gpu, c.vocab_start, lse.gpu,
+                                                              entropy.gpu, dloss.gpu, dentropy.gpu, dlogits.gpu);
+                         ops::cross_entropy_entropy_backward(logits.cpu, labels.cpu, c.vocab_start, lse.cpu,
+                                                             entropy.cpu, dloss.cpu, dentropy.cpu, dlogits.cpu);
+                         return std::vector<Check>{compare("dlogits", dlogits, kBf16Bound)};
+                       }});
+    }
   }
 }
 

@@ -2,7 +2,8 @@
 itself: no mpi4py). Each dp rank trains on its own sequence of the qwen3_tp
 fixture in float64; the run must reproduce HF's reference (as the C++ parallel
 runs do), a numpy loss_fn must reproduce the built-in loss's step, and
-export_weights must gather the full HF tensors on every rank.
+export_weights must gather the full HF tensors on every rank (also in
+buckets), and the vocab-parallel entropy at tp=2 must equal tp=1's.
 
     mpirun -np 4 -x PYTHONPATH=build/python .venv-ci/bin/python tests/python/mpi_tp2_dp2.py
 """
@@ -32,6 +33,19 @@ def main():
     exported = dict(rt.export_weights(h))
     assert set(exported) == set(on_disk)
     assert all(np.array_equal(exported[n], on_disk[n]) for n in on_disk)
+    # Bucketed (each bucket gathered over tp, one at a time) gives the same tensors; rank0_only only on rank 0.
+    bucketed = dict(rt.export_weights(h, bucket_bytes=1000))
+    assert list(bucketed) == list(exported) and all(np.array_equal(bucketed[n], on_disk[n]) for n in on_disk)
+    only0 = dict(rt.export_weights(h, dtype="float32", bucket_bytes=1000, rank0_only=True))
+    assert set(only0) == (set(on_disk) if rt.world_rank == 0 else set())
+    assert all(np.array_equal(only0[n], on_disk[n].astype(np.float32)) for n in only0)
+
+    # Entropy from tp=2's partial sums equals the unsplit one (tp=1, each rank its own dp replica).
+    tp1 = bb.create_runtime(bb.RuntimeConfig.from_words([w for w in WORDS if "parallel.tp" not in w]))
+    single = tp1.forward_backward(tp1.build_model(), mine, forward_only=True, calculate_entropy=True)
+    split = rt.forward_backward(h, mine, forward_only=True, calculate_entropy=True)
+    assert rel_err(split.model_output[0].entropy, single.model_output[0].entropy) < 1e-12
+    assert rel_err(split.model_output[0].log_probs, single.model_output[0].log_probs) < 1e-12
 
     ref = reference(FIXTURE)
     losses, norms = [], []

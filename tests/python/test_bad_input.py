@@ -36,7 +36,21 @@ def bad_loss(returned):
         (lambda rt, h: rt.optimizer_step(h), "optimizer_step with no gradients"),
         (lambda rt, h: rt.forward_backward(h, fixture_batch(FIXTURE), num_microbatches=3), "num_microbatches 3 exceeds"),
         (lambda rt, h: rt.forward_backward(h, bb.PackedBatch(input_ids=[1, 999], seq_lens=[2])), "token id 999"),
-        (lambda rt, h: rt.forward_backward(h, fixture_batch(FIXTURE), calculate_entropy=True), "entropy is not implemented"),
+        (
+            lambda rt, h: rt.forward_backward(
+                h,
+                fixture_batch(FIXTURE),
+                bad_loss(lambda o: (0.0, {}, -o.log_probs, np.zeros(2))),
+                calculate_entropy=True,
+            ),
+            r"dentropy has shape \(2,\), expected \(22,\)",
+        ),
+        (
+            lambda rt, h: rt.forward_backward(
+                h, fixture_batch(FIXTURE), bad_loss(lambda o: (0.0, {}, -o.log_probs, -o.log_probs))
+            ),
+            r"must return \(loss, metrics, dlog_probs\);",
+        ),
         (
             lambda rt, h: rt.forward_backward(h, fixture_batch(FIXTURE), bad_loss(lambda o: (0.0, {}, np.zeros(3)))),
             r"dlog_probs has shape \(3,\), expected \(22,\)",

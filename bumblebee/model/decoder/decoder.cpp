@@ -105,9 +105,16 @@ Tensor Decoder::forward(const DeviceMicroBatch& mb, const Tensor& hidden_in, con
   BB_CHECK(x.defined(), "a chunk without the embedding needs the previous stage's hidden states");
   for (size_t u = 0; u < units_.size(); ++u) x = units_[u]->forward(x, st->seq, st->units[u]);
   if (st->router_aux) st->router_aux->finish();
-  if (head_) x = head_->forward(norm_->forward(x, st->norm), mb.labels, dloss, st->head);
+  if (head_) x = head_->forward(norm_->forward(x, st->norm), mb.labels, dloss, st->head, mb.calculate_entropy);
   state = std::move(st);
   return x;
+}
+
+Tensor Decoder::entropy(const ForwardState& state) const { return static_cast<const State&>(state).head.entropy; }
+
+void Decoder::set_entropy_grad(ForwardState& state, const Tensor& dentropy) {
+  BB_CHECK(head_, "set_entropy_grad on a pipeline stage without the lm_head");
+  static_cast<State&>(state).head.dentropy = dentropy;
 }
 
 Tensor Decoder::backward(const DeviceMicroBatch& mb, const Tensor& grad_out, ForwardState& state,

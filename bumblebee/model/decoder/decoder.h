@@ -60,6 +60,8 @@ class Decoder : public ModelChunk {
   Tensor backward(const DeviceMicroBatch& mb, const Tensor& grad_out, ForwardState& state,
                   const GradReadyFn& on_grad_ready) override;
   AuxLoss aux_loss(const ForwardState& state) const override;
+  Tensor entropy(const ForwardState& state) const override;
+  void set_entropy_grad(ForwardState& state, const Tensor& dentropy) override;
   RouterShape router_shape() const override { return spec_.router_shape; }
   void after_optimizer_step() override {
     if (spec_.after_optimizer_step) spec_.after_optimizer_step();

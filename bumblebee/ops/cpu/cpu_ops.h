@@ -71,6 +71,13 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t 
 void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, Tensor& lse,
                         Tensor& loss);
 
+// entropy.cpp
+void logits_zexp_sum(const Tensor& logits, const Tensor& row_max, Tensor& zexp_sum);
+void entropy_from_sums(const Tensor& lse, const Tensor& sumexp, const Tensor& zexp_sum, Tensor& entropy);
+void cross_entropy_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
+                                    const Tensor& entropy, const Tensor& dloss, const Tensor& dentropy,
+                                    Tensor& dlogits);
+
 // adamw.cpp
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const ops::AdamWParams& hp);
 

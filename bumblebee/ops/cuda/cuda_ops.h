@@ -9,7 +9,7 @@
 // return a number to the host synchronise.
 //
 // defined in: gemm.cu, grouped_gemm.cu, elementwise.cu, reduce.cu, embedding.cu, rmsnorm.cu,
-// rope.cu, swiglu.cu, attention.cpp, cross_entropy.cu, adamw.cu, moe_permute.cu, moe_router.cu
+// rope.cu, swiglu.cu, attention.cpp, cross_entropy.cu, entropy.cu, adamw.cu, moe_permute.cu, moe_router.cu
 #pragma once
 
 #include <cstdint>
@@ -90,6 +90,13 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 
 // attention_merge.cu. out and part_out bfloat16, lse and part_lse float32.
 void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Tensor& part_lse);
+
+// entropy.cu. logits/dlogits bfloat16 or float32; statistics, dloss and dentropy float32.
+void logits_zexp_sum(const Tensor& logits, const Tensor& row_max, Tensor& zexp_sum);
+void entropy_from_sums(const Tensor& lse, const Tensor& sumexp, const Tensor& zexp_sum, Tensor& entropy);
+void cross_entropy_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
+                                    const Tensor& entropy, const Tensor& dloss, const Tensor& dentropy,
+                                    Tensor& dlogits);
 
 // cross_entropy.cu. logits/dlogits bfloat16 or float32; statistics and dloss float32.
 void logits_row_max(const Tensor& logits, Tensor& row_max);

@@ -18,7 +18,8 @@ LMHead::LMHead(Parameter& weight, ParallelContext& pc, double temperature)
   BB_CHECK(temperature > 0, "temperature must be positive, got ", temperature);
 }
 
-Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dloss, Tensor* dh_full) {
+Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dloss, Tensor* dh_full, Tensor* entropy,
+                   const Tensor& dentropy) {
   const int64_t T = h_full.size(0);
   const int64_t V = weight_->shard_valid;
   const DType act = h_full.dtype(), st = stat_dtype(act);
@@ -26,6 +27,8 @@ Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dlo
   Tensor w = weight_->value.narrow(0, V);
   Tensor dw = weight_->requires_grad() ? weight_->grad.narrow(0, V) : Tensor();
   Tensor loss = Tensor::empty({T}, st, dev);
+  // The backward of an entropy loss needs the entropy (its sum_v p_v z_v) again.
+  Tensor ent = entropy || dentropy.defined() ? Tensor::empty({T}, st, dev) : Tensor();
   const int64_t chunk = std::clamp<int64_t>(kChunkLogitElements / std::max<int64_t>(V, 1), 1, std::max<int64_t>(T, 1));
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t n = std::min(chunk, T - t0);
@@ -44,12 +47,23 @@ Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dlo
     }
     Tensor loss_chunk = loss.narrow(t0, n);
     ops::cross_entropy_loss(row_max, sumexp, target, lse, loss_chunk);
+    if (ent.defined()) {
+      Tensor zexp = Tensor::empty({n}, st, dev), ent_chunk = ent.narrow(t0, n);
+      ops::logits_zexp_sum(logits, row_max, zexp);
+      if (tp_->size() > 1) tp_->group().all_reduce(zexp);
+      ops::entropy_from_sums(lse, sumexp, zexp, ent_chunk);
+    }
     if (!dh_full) continue;
-    ops::cross_entropy_backward(logits, lab, weight_->shard_begin, lse, dloss.narrow(t0, n), logits);
+    if (dentropy.defined())
+      ops::cross_entropy_entropy_backward(logits, lab, weight_->shard_begin, lse, ent.narrow(t0, n),
+                                          dloss.narrow(t0, n), dentropy.narrow(t0, n), logits);
+    else
+      ops::cross_entropy_backward(logits, lab, weight_->shard_begin, lse, dloss.narrow(t0, n), logits);
     Tensor dh = dh_full->narrow(t0, n);
     ops::matmul(logits, false, w, false, dh, inv_temperature_, 0.0);
     if (dw.defined()) ops::matmul(logits, true, h, false, dw, inv_temperature_, 1.0);
   }
+  if (entropy) *entropy = ent;
   return loss;
 }
 
@@ -71,24 +85,28 @@ Tensor LMHead::full_logits(const Tensor& h) {
   return Tensor::from_doubles(out, {T, V}, DType::F64);
 }
 
-Tensor LMHead::forward(const Tensor& h, const Tensor& labels, const Tensor& dloss, Saved& s) {
+Tensor LMHead::forward(const Tensor& h, const Tensor& labels, const Tensor& dloss, Saved& s, bool entropy) {
   Tensor h_full = tp_->enter(h);
   s.labels = labels;
+  Tensor* ent = entropy ? &s.entropy : nullptr;
   if (!dloss.defined()) {
     s.h_full = h_full;
-    return run(h_full, labels, Tensor(), nullptr);
+    return run(h_full, labels, Tensor(), nullptr, ent, Tensor());
   }
   Tensor dh_full = Tensor::empty(h_full.shape(), h.dtype(), h.device());
-  Tensor loss = run(h_full, labels, dloss, &dh_full);
+  Tensor loss = run(h_full, labels, dloss, &dh_full, ent, Tensor());
   s.dh = tp_->enter_backward(dh_full);
   return loss;
 }
 
 Tensor LMHead::backward(const Tensor& dloss, Saved& s) {
-  if (s.dh.defined()) return s.dh;
+  if (s.dh.defined()) {
+    BB_CHECK(!s.dentropy.defined(), "LMHead: an entropy gradient after a forward that folded in the loss gradient");
+    return s.dh;
+  }
   BB_CHECK(s.h_full.defined(), "LMHead::backward without a saved forward");
   Tensor dh_full = Tensor::empty(s.h_full.shape(), s.h_full.dtype(), s.h_full.device());
-  run(s.h_full, s.labels, dloss, &dh_full);
+  run(s.h_full, s.labels, dloss, &dh_full, nullptr, s.dentropy);
   return tp_->enter_backward(dh_full);
 }
 
