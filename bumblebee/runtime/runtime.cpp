@@ -404,13 +404,14 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
              "was not asked to calculate the entropy (calculate_entropy)");
     BB_CHECK(lo.grad_entropy.empty() || int64_t(lo.grad_entropy.size()) == pm.real_tokens, "loss_fn returned ",
              lo.grad_entropy.size(), " entropy gradients for a microbatch of ", pm.real_tokens, " tokens");
-    // This rank's positions; padding and each sequence's last position (no entropy output) get 0.
+    // This rank's positions; padding and each sequence's last position (no
+    // label: its log-prob and entropy are the constant 0) get 0.
     const size_t P = size_t(pm.device.num_tokens);
     std::vector<double> d(P, 0.0), de(lo.grad_entropy.empty() ? 0 : P, 0.0);
     for (size_t p = 0; p < P; ++p) {
-      if (pm.token_index[p] < 0) continue;
+      if (pm.token_index[p] < 0 || !pm.has_label[p]) continue;
       d[p] = -lo.grad_log_probs[size_t(pm.token_index[p])];
-      if (!de.empty() && pm.has_label[p]) de[p] = lo.grad_entropy[size_t(pm.token_index[p])];
+      if (!de.empty()) de[p] = lo.grad_entropy[size_t(pm.token_index[p])];
     }
     ScheduleHooks::LossGrads grads;
     grads.dloss = Tensor::from_doubles(d, {pm.device.num_tokens}, loss_dt).to(device_);

@@ -42,6 +42,8 @@ const std::vector<RoundTrip>& round_trips() {
   static const std::vector<RoundTrip> table = {
       {"backend", "ref", [](const RuntimeConfig& c) { return c.backend == "ref"; }},
       {"hf_path", "/m/q=3", [](const RuntimeConfig& c) { return c.hf_path == "/m/q=3"; }},
+      {"plugin", "a.so,b/c.so",
+       [](const RuntimeConfig& c) { return c.plugins == std::vector<std::string>{"a.so", "b/c.so"}; }},
       {"backend.model_name", "qwen3", [](const RuntimeConfig& c) { return c.backend_cfg.model_name == "qwen3"; }},
       {"backend.impl", "other", [](const RuntimeConfig& c) { return c.backend_cfg.impl == "other"; }},
       {"backend.device", "cuda:1", [](const RuntimeConfig& c) { return c.backend_cfg.device == "cuda:1"; }},

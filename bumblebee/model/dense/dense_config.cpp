@@ -228,6 +228,9 @@ DenseConfig DenseConfig::from_json(const nlohmann::json& j) {
   c.qk_norm = as_bool(require(j, "qk_norm"));
   c.rope.theta = real_field(j, "rope_theta");
   c.rope.type = as_string(require(j, "rope_type"));
+  // yarn's attention factor is applied by the MLA attention only (deepseek_v3).
+  BB_CHECK(c.rope.type == "default" || c.rope.type == "llama3", "unsupported rope type '", c.rope.type,
+           "' for dense models (supported: default, llama3)");
   c.rope.factor = real_field(j, "rope_factor");
   c.rope.low_freq_factor = real_field(j, "rope_low_freq_factor");
   c.rope.high_freq_factor = real_field(j, "rope_high_freq_factor");
