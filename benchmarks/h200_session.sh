@@ -90,6 +90,7 @@ if [ $needs_bb = 1 ]; then
   case " $stages " in *" sft "*) targets="$targets bb-train" ;; esac
   case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
   case " $stages " in *" gpu_unit "*) targets="$targets bb_tests" ;; esac
+  case " $stages " in *" export "*) targets="$targets _bumblebee" ;; esac
   case " $stages " in *" export "*) grep -q "Python bindings for" "$LOGS/cmake.log" && targets="$targets _bumblebee" ;; esac
   ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s"
