@@ -39,6 +39,7 @@
 # Stages for two GPUs (nvidia-h200-x2), one MPI rank per GPU, collectives over NCCL:
 #   nccl      the MPI test binary (tests/mpi) with its NCCL cases
 #   hfload    20 steps, HF export, the export loaded by HF transformers: logits compared (dense, MoE)
+#   peftload  a LoRA adapter trained 20 steps by bb, loaded by HF peft onto the base model: logits compared
 #   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
@@ -257,6 +258,18 @@ PY
         timeout 120 $py benchmarks/parity/hf_load_check.py check --out $d --model $m 2>> "$LOGS/hfload_$m.log" | tee -a "$results" ||
           tail -5 "$LOGS/hfload_$m.log"
       done ;;
+    peftload)
+      # A LoRA adapter trained 20 steps by bb, loaded by HF peft onto the base model: logits compared.
+      d=/tmp/peftload; lora="peft.type=lora peft.target_modules=all-linear peft.rank=8 peft.alpha=16"
+      rm -rf $d; timeout 120 $py benchmarks/parity/hf_load_check.py make --out $d --model dense > "$LOGS/peftload.log" 2>&1
+      timeout 120 $bin/bb-correctness hf_path=$d/model tokens=$d/tokens.json backend.device=cuda steps=20 optimizer.lr=1e-3 \
+        $lora adapter_out=$d/adapter > "$LOGS/peftload_train.json" 2>> "$LOGS/peftload.log"
+      timeout 60 $bin/bb-correctness hf_path=$d/model tokens=$d/tokens.json backend.device=cpu backend.dtype=float32 $lora \
+        peft.adapter_path=$d/adapter steps=0 logits_out=$d/bb_logits_float32.bin > /dev/null 2>> "$LOGS/peftload.log"
+      timeout 60 $bin/bb-correctness hf_path=$d/model tokens=$d/tokens.json backend.device=cuda $lora \
+        peft.adapter_path=$d/adapter steps=0 logits_out=$d/bb_logits_bfloat16.bin > /dev/null 2>> "$LOGS/peftload.log"
+      timeout 120 $py benchmarks/parity/hf_load_check.py check --out $d --model dense --adapter $d/adapter \
+        2>> "$LOGS/peftload.log" | tee -a "$results" || tail -5 "$LOGS/peftload.log" ;;
     sft)
       # bb-train tokenises data/chat.jsonl: a build without PCRE2 cannot load a tokenizer.json.
       grep -q "PCRE2 ON" "$LOGS/cmake.log" || echo "sft: this build has no PCRE2 (libpcre2-dev); bb-train cannot load" \

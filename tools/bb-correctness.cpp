@@ -1,7 +1,7 @@
 // bb-correctness: the numbers a model must reproduce against HF transformers.
 //
 //   bb-correctness hf_path=DIR tokens=FILE.json [backend.dtype=float64|float32|bfloat16]
-//       [steps=N] [optimizer.lr=X ...] [logits_out=FILE] [params_out=DIR]
+//       [steps=N] [optimizer.lr=X ...] [logits_out=FILE] [params_out=DIR] [adapter_out=DIR]
 //       [backend=bb|ref] [backend.device=cpu|cuda] [backend.parallel.tp=N] [rows_per_step=R]
 //   bb-correctness help     (every key with its type, default and meaning)
 //
@@ -22,7 +22,8 @@
 // [R*(s mod B/R), +R) instead of the whole file, and grad_norms lists the
 // optimizer's gradient norm at every step (the bf16 parity run uses this).
 // resume_from=DIR loads a training checkpoint first (steps continue from it);
-// checkpoint_out=DIR saves one after the last step.
+// checkpoint_out=DIR saves one after the last step; with peft.type=lora,
+// adapter_out=DIR saves the adapter in HF peft's format (docs/peft.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -197,6 +198,7 @@ ConfigSchema correctness_schema() {
   s.add({"checkpoint_out", g, T::String, "", "save a training checkpoint here after the last step"});
   s.add({"logits_out", g, T::String, "", "write the float32 logits [B, T, V] here, raw little-endian"});
   s.add({"params_out", g, T::String, "", "save the trained model here as an HF directory"});
+  s.add({"adapter_out", g, T::String, "", "with peft.type=lora: save the trained adapter here in HF peft's format"});
   return s;
 }
 
@@ -270,6 +272,7 @@ int run(int argc, char** argv) {
   out["grad_norms"] = grad_norms;
   if (args.has("checkpoint_out")) rt->save_checkpoint(h, args.str("checkpoint_out"));
   if (args.has("params_out")) rt->save_hf_checkpoint(h, args.str("params_out"));
+  if (args.has("adapter_out")) rt->save_peft_adapter(h, args.str("adapter_out"));
   if (root) std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return 0;
 }

@@ -7,9 +7,12 @@ Two steps around a bumblebee run (benchmarks/h200_session.sh, stage hfload):
          DIR/tokens.json (4 sequences of 256 random token ids).
   (bumblebee trains DIR/model 20 AdamW steps on the GPU and exports it with save_hf_checkpoint to DIR/trained,
    then computes the logits of DIR/trained on tokens.json: DIR/bb_logits_<dtype>.bin, float32 [B, T, V])
-  check  --out DIR --model dense|moe
+  check  --out DIR --model dense|moe [--adapter DIR/adapter]
          loads DIR/trained with AutoModelForCausalLM (what a user of the export would do), computes its logits on the
          same tokens in float32 and in bf16 on the GPU and compares them with bumblebee's. Prints one JSON line.
+         With --adapter (issue 16: a LoRA adapter bumblebee trained on DIR/model and saved in HF peft's format), HF
+         loads DIR/model and peft's PeftModel.from_pretrained puts the adapter on it; bumblebee's logits are then
+         those of DIR/model with the same adapter loaded (peft.adapter_path).
 
 Pass: in float32 the logits agree to 1e-3 of the largest logit (a wrong name, transposition, fused-expert split or
 dropped tensor moves them by O(1)); in bf16, within bf16 rounding (5e-2 of the largest logit) and the top-1 token
@@ -47,12 +50,20 @@ def make(out, model):
         json.dump(tokens, f)
 
 
-def check(out, model, device):
+def load(out, dtype, device, adapter):
+    if not adapter:
+        return AutoModelForCausalLM.from_pretrained(os.path.join(out, "trained"), dtype=dtype).to(device).eval()
+    from peft import PeftModel
+    base = AutoModelForCausalLM.from_pretrained(os.path.join(out, "model"), dtype=dtype)
+    return PeftModel.from_pretrained(base, adapter).to(device).eval()
+
+
+def check(out, model, device, adapter):
     tokens = torch.tensor(json.load(open(os.path.join(out, "tokens.json"))), device=device)
-    report = {"check": "hf_load", "model": model}
+    report = {"check": "peft_load" if adapter else "hf_load", "model": model}
     ok = True
     for dtype, name, bound in ((torch.float32, "float32", 1e-3), (torch.bfloat16, "bfloat16", 5e-2)):
-        m = AutoModelForCausalLM.from_pretrained(os.path.join(out, "trained"), dtype=dtype).to(device).eval()
+        m = load(out, dtype, device, adapter)
         with torch.no_grad():
             hf = m(tokens).logits.float().cpu().numpy()
         bb = np.fromfile(os.path.join(out, f"bb_logits_{name}.bin"), dtype=np.float32).reshape(hf.shape)
@@ -72,6 +83,7 @@ if __name__ == "__main__":
     p.add_argument("--out", required=True)
     p.add_argument("--model", choices=sorted(MODELS), default="dense")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--adapter", default="")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    make(a.out, a.model) if a.step == "make" else check(a.out, a.model, a.device)
+    make(a.out, a.model) if a.step == "make" else check(a.out, a.model, a.device, a.adapter)

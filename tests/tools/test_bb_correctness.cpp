@@ -26,6 +26,25 @@ Result run(const std::string& args) {
   return {WEXITSTATUS(status), out};
 }
 
+// A LoRA adapter saved after one step and loaded by a second run gives the
+// loss the first run's second step starts from.
+TEST(BBCorrectness, AdapterOutReloadsAsTheTrainedAdapter) {
+  const std::string dir = bb::test::fixture_dir("qwen3_gqa");
+  const std::string adapter = ::testing::TempDir() + "/bb_correctness_adapter";
+  const std::string common = "hf_path=" + dir + " tokens=" + dir + "/tokens.json optimizer.lr=0.01 peft.type=lora " +
+                             "peft.target_modules=all-linear peft.rank=2 peft.alpha=4";
+  Result one = run(common + " steps=1 adapter_out=" + adapter);
+  ASSERT_EQ(one.code, 0) << one.out;
+  Result reloaded = run(common + " steps=0 peft.adapter_path=" + adapter);
+  ASSERT_EQ(reloaded.code, 0) << reloaded.out;
+  Result two = run(common + " steps=2");
+  ASSERT_EQ(two.code, 0) << two.out;
+  const double after_one_step = nlohmann::json::parse(two.out)["losses"][1].get<double>();
+  const double loss = nlohmann::json::parse(reloaded.out)["loss"].get<double>();
+  EXPECT_NE(loss, nlohmann::json::parse(one.out)["loss"].get<double>());   // the step changed the adapter
+  EXPECT_NEAR(loss, after_one_step, 1e-12 * after_one_step);
+}
+
 TEST(BBCorrectness, PrintsReferenceFieldsMatchingHF) {
   const std::string dir = bb::test::fixture_dir("llama3_gqa");
   const nlohmann::json ref = bb::test::read_json(dir + "/reference.json");
