@@ -52,7 +52,7 @@ struct OptimizerConfig {
 // HF linear modules, every other parameter frozen. Fields follow HF peft's
 // LoraConfig: target_modules, r (rank), lora_alpha, lora_dropout, use_rslora.
 struct PeftConfig {
-  std::string type = "none";        // none | lora | dora (dora: not implemented yet, an error)
+  std::string type = "none";        // none | lora | dora (LoRA with peft's magnitude vector)
   std::string target_modules = "q_proj,v_proj";   // comma list of HF module names, or all-linear
   int rank = 8;
   double alpha = 8.0;

@@ -14,8 +14,9 @@ namespace bb {
 
 std::shared_ptr<const LoraConfig> make_lora_config(const PeftConfig& peft) {
   if (peft.type == "none") return nullptr;
-  BB_CHECK(peft.type == "lora", "peft.type=", peft.type, " is not supported yet; use lora");
+  BB_CHECK(peft.type == "lora" || peft.type == "dora", "peft.type=", peft.type, " is not one of none, lora, dora");
   auto cfg = std::make_shared<LoraConfig>();
+  cfg->use_dora = peft.type == "dora";
   std::stringstream list(peft.target_modules);
   for (std::string m; std::getline(list, m, ',');)
     if (!m.empty()) cfg->target_modules.push_back(m);

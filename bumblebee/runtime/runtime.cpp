@@ -178,7 +178,7 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   if (!bcfg.frozen_params.empty()) groups.frozen = {bcfg.frozen_params};
   ctx.lora = make_lora_config(bcfg.peft);
   // PEFT trains the adapters only: everything else joins the frozen group.
-  if (ctx.lora) groups.frozen.push_back("(?!.*\\.lora_[AB]\\.weight$).*");
+  if (ctx.lora) groups.frozen.push_back("(?!.*\\.(lora_[AB]\\.weight|lora_magnitude_vector)$).*");
   ctx.param_groups = make_param_groups(*parallel_, groups);
   BB_CHECK(bcfg.optimizer.grad_bucket_size > 0, "optimizer.grad_bucket_size must be > 0, got ",
            bcfg.optimizer.grad_bucket_size);
@@ -234,10 +234,11 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   } else {
     for (auto& chunk : st->chunks) chunk->init_weights(bcfg.seed);
   }
+  for (auto& chunk : st->chunks) init_dora_magnitudes(chunk->params(), st->context->tp());
   if (ctx.lora)
     for (auto& chunk : st->chunks) check_lora_targets_found(*ctx.lora, chunk->params(), chunk->layers());
   if (!bcfg.peft.adapter_path.empty()) {
-    BB_CHECK(ctx.lora, "peft.adapter_path is set but peft.type=none; set peft.type=lora to continue an adapter");
+    BB_CHECK(ctx.lora, "peft.adapter_path is set but peft.type=none; set peft.type=lora (or dora) to continue an adapter");
     for (auto& chunk : st->chunks) load_peft_adapter(chunk->params(), bcfg.peft.adapter_path, *ctx.lora, chunk->layers());
   }
 

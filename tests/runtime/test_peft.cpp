@@ -4,7 +4,9 @@
 // tests/fixtures/make_peft_fixtures.py) gives peft's logits, loss and adapter
 // gradient norms; save_peft_adapter -> peft.adapter_path is bit-identical; the
 // merged HF export (peft.merge_on_export) gives the logits of base + adapter;
-// a training checkpoint keeps the adapters.
+// a training checkpoint keeps the adapters. The DoRA adapter
+// (tests/fixtures/qwen3_gqa_dora) goes through the same peft, round-trip and
+// merge checks.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -24,12 +26,12 @@ namespace fs = std::filesystem;
 
 const char* kAllLinear = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
 
-RuntimeConfig lora_config(const std::string& adapter_path = "") {
+RuntimeConfig lora_config(const std::string& adapter_path = "", const std::string& type = "lora") {
   RuntimeConfig cfg;
   cfg.backend = "ref";
   cfg.hf_path = test::fixture_dir("qwen3_gqa");
   cfg.backend_cfg.dtype = "float64";
-  cfg.backend_cfg.peft.type = "lora";
+  cfg.backend_cfg.peft.type = type;
   cfg.backend_cfg.peft.target_modules = kAllLinear;
   cfg.backend_cfg.peft.rank = 4;
   cfg.backend_cfg.peft.alpha = 8.0;
@@ -101,13 +103,14 @@ TEST(Peft, OnlyAdaptersTrainAndTheOptimizerHoldsTheirStateAlone) {
             std::vector<double>(48 * 4, 0.0));
 }
 
-TEST(Peft, PeftMadeAdapterMatchesPeftsLogitsLossAndGradNorms) {
-  const std::string fixture = test::fixture_dir("qwen3_gqa_lora");
+// Base + peft's adapter `name` against peft's logits, loss and gradient norms.
+void expect_matches_peft_reference(const std::string& name, const std::string& type) {
+  const std::string fixture = test::fixture_dir(name);
   const nlohmann::json ref = test::read_json(fixture + "/reference.json");
-  auto rt = create_runtime(lora_config(fixture));
+  auto rt = create_runtime(lora_config(fixture, type));
   ModelHandle h = rt->build_model();
   const PackedBatch batch = test::fixture_batch("qwen3_gqa");
-  EXPECT_LT(max_rel_error(rt->logits(h, batch).to_doubles(), test::fixture_logits("qwen3_gqa_lora")), 1e-9);
+  EXPECT_LT(max_rel_error(rt->logits(h, batch).to_doubles(), test::fixture_logits(name)), 1e-9);
 
   auto train = rt->train_mode(h);
   rt->zero_grad(h);
@@ -128,8 +131,16 @@ TEST(Peft, PeftMadeAdapterMatchesPeftsLogitsLossAndGradNorms) {
   EXPECT_LT(rel(std::sqrt(total), ref["grad_norm"].get<double>()), 1e-9);
 }
 
-TEST(Peft, SavedAdapterReloadsBitIdenticalAndHasPeftsNames) {
-  auto rt = create_runtime(lora_config(test::fixture_dir("qwen3_gqa_lora")));
+TEST(Peft, PeftMadeAdapterMatchesPeftsLogitsLossAndGradNorms) { expect_matches_peft_reference("qwen3_gqa_lora", "lora"); }
+
+// DoRA: the magnitude vectors load under peft's key and get peft's gradients.
+TEST(Peft, PeftMadeDoraAdapterMatchesPeftsLogitsLossAndGradNorms) {
+  expect_matches_peft_reference("qwen3_gqa_dora", "dora");
+}
+
+// One step from peft's adapter `name`, saved and loaded again.
+void expect_saved_adapter_reloads(const std::string& name, const std::string& type) {
+  auto rt = create_runtime(lora_config(test::fixture_dir(name), type));
   ModelHandle h = rt->build_model();
   auto train = rt->train_mode(h);
   rt->zero_grad(h);
@@ -139,21 +150,28 @@ TEST(Peft, SavedAdapterReloadsBitIdenticalAndHasPeftsNames) {
   rt->save_peft_adapter(h, dir);
 
   const SafetensorsFile saved = SafetensorsFile::open(dir + "/adapter_model.safetensors");
-  const SafetensorsFile peft = SafetensorsFile::open(test::fixture_dir("qwen3_gqa_lora") + "/adapter_model.safetensors");
+  const SafetensorsFile peft = SafetensorsFile::open(test::fixture_dir(name) + "/adapter_model.safetensors");
   EXPECT_EQ(saved.names(), peft.names());
   const nlohmann::json config = test::read_json(dir + "/adapter_config.json");
   EXPECT_EQ(config["peft_type"], "LORA");
   EXPECT_EQ(config["r"], 4);
   EXPECT_EQ(config["lora_alpha"], 8.0);
+  EXPECT_EQ(config["use_dora"], type == "dora");
 
-  auto rt2 = create_runtime(lora_config(dir));
+  auto rt2 = create_runtime(lora_config(dir, type));
   ModelHandle h2 = rt2->build_model();
   EXPECT_EQ(adapter_values(h2), adapter_values(h));
   fs::remove_all(dir);
 }
 
-TEST(Peft, MergedExportGivesTheLogitsOfBasePlusAdapter) {
-  RuntimeConfig cfg = lora_config(test::fixture_dir("qwen3_gqa_lora"));
+TEST(Peft, SavedAdapterReloadsBitIdenticalAndHasPeftsNames) { expect_saved_adapter_reloads("qwen3_gqa_lora", "lora"); }
+TEST(Peft, SavedDoraAdapterReloadsBitIdenticalAndHasPeftsNames) {
+  expect_saved_adapter_reloads("qwen3_gqa_dora", "dora");
+}
+
+// The HF export with peft's adapter `name` merged in, loaded as a plain model.
+void expect_merged_export_matches(const std::string& name, const std::string& type) {
+  RuntimeConfig cfg = lora_config(test::fixture_dir(name), type);
   cfg.backend_cfg.peft.merge_on_export = true;
   cfg.export_cfg.dtype = "param";   // float64 on disk: the merge itself is what is compared
   auto rt = create_runtime(cfg);
@@ -172,6 +190,9 @@ TEST(Peft, MergedExportGivesTheLogitsOfBasePlusAdapter) {
   EXPECT_LT(max_rel_error(rt2->logits(h2, batch).to_doubles(), adapted), 1e-12);
   fs::remove_all(dir);
 }
+
+TEST(Peft, MergedExportGivesTheLogitsOfBasePlusAdapter) { expect_merged_export_matches("qwen3_gqa_lora", "lora"); }
+TEST(Peft, MergedDoraExportGivesTheLogitsOfBasePlusAdapter) { expect_merged_export_matches("qwen3_gqa_dora", "dora"); }
 
 TEST(Peft, TrainingCheckpointKeepsTheAdapters) {
   auto rt = create_runtime(lora_config(test::fixture_dir("qwen3_gqa_lora")));

@@ -362,7 +362,8 @@ std::vector<Row> rows() {
       {"correctness_moe_hf_aux_loss_under_pp", "bb-correctness", kMoe + "backend.parallel.pp=2 num_microbatches=2", 1,
        "the hf form of the router auxiliary loss couples every layer", 2},
       // LoRA (peft.*): a module the model lacks, rank 0 or above the layer, an
-      // adapter made for another base model, dora and experts (not yet).
+      // adapter made for another base model, a LoRA adapter for a DoRA run and
+      // the other way round, and experts (not yet).
       {"correctness_lora_unknown_target", "bb-correctness", kCorrectness + "peft.type=lora peft.target_modules=q_proj,qkv",
        1, "peft.target_modules names 'qkv', which is no linear module of the model; valid: q_proj, k_proj, v_proj, "
           "o_proj, gate_proj, up_proj, down_proj, all-linear"},
@@ -379,12 +380,14 @@ std::vector<Row> rows() {
       {"correctness_lora_adapter_rank_differs", "bb-correctness",
        kCorrectness + "peft.type=lora peft.target_modules=all-linear peft.rank=8 peft.alpha=8 peft.adapter_path=" +
        std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_gqa_lora", 1, "adapter_config.json: r 4 differs from peft.rank 8"},
-      {"correctness_dora_not_yet", "bb-correctness", kCorrectness + "peft.type=dora", 1,
-       "peft.type=dora is not supported yet"},
-      {"correctness_dora_adapter_not_yet", "bb-correctness",
+      {"correctness_dora_run_with_lora_adapter", "bb-correctness",
+       kCorrectness + "peft.type=dora peft.target_modules=all-linear peft.rank=4 peft.alpha=8 peft.adapter_path=" +
+       std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_gqa_lora", 1,
+       "adapter_config.json: use_dora false differs from the run's peft.type (dora)"},
+      {"correctness_lora_run_with_dora_adapter", "bb-correctness",
        kCorrectness + "peft.type=lora peft.target_modules=all-linear peft.rank=4 peft.alpha=8 peft.adapter_path=" +
        std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_gqa_dora", 1,
-       "is a DoRA adapter (use_dora), which is not supported yet"},
+       "adapter_config.json: use_dora true differs from the run's peft.type (lora)"},
       {"correctness_lora_on_experts_not_yet", "bb-correctness", kMoe + "peft.type=lora peft.target_modules=up_proj", 1,
        "LoRA on experts is not supported yet"},
   };

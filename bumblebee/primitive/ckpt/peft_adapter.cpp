@@ -2,6 +2,7 @@
 #include "bumblebee/primitive/ckpt/peft_adapter.h"
 
 #include <nlohmann/json.hpp>
+#include <cmath>
 #include <set>
 
 #include "bumblebee/core/input_file.h"
@@ -43,7 +44,7 @@ std::string peft_adapter_config(const LoraConfig& cfg, const std::string& base_m
             {"lora_alpha", cfg.alpha},
             {"lora_dropout", cfg.dropout},
             {"use_rslora", cfg.use_rslora},
-            {"use_dora", false},
+            {"use_dora", cfg.use_dora},
             {"bias", "none"},
             {"fan_in_fan_out", false},
             {"inference_mode", true},
@@ -66,7 +67,9 @@ void load_peft_adapter(ParamStore& store, const std::string& dir, const LoraConf
   const std::string base = c.value("base_model_name_or_path", std::string("?"));
   BB_CHECK(c.value("peft_type", std::string()) == "LORA", config_path, ": peft_type ", c.value("peft_type", json()).dump(),
            " is not LORA");
-  BB_CHECK(!c.value("use_dora", false), config_path, " is a DoRA adapter (use_dora), which is not supported yet");
+  BB_CHECK(c.value("use_dora", false) == cfg.use_dora, config_path, ": use_dora ",
+           c.value("use_dora", false) ? "true" : "false",
+           " differs from the run's peft.type (", cfg.use_dora ? "dora" : "lora", ")");
   BB_CHECK(c.value("r", int64_t(-1)) == cfg.rank, config_path, ": r ", c.value("r", json()).dump(),
            " differs from peft.rank ", cfg.rank);
   BB_CHECK(c.value("lora_alpha", -1.0) == cfg.alpha, config_path, ": lora_alpha ", c.value("lora_alpha", json()).dump(),
@@ -100,6 +103,18 @@ Tensor merge_lora_weight(ParamStore& store, TensorParallel& tp, const std::strin
   const Tensor b_full = gather_full(*b, tp).to(Device::cpu()).to(DType::F64);
   Tensor merged = full_weight.to(Device::cpu()).to(DType::F64).clone();
   ops::matmul(b_full, false, a_full, false, merged, store.lora()->scaling(), 1.0);
+  if (Parameter* m = store.find(dora_magnitude_name(hf_name))) {
+    // DoRA: (m / ||W + s B A||) (W + s B A), the norm of the full rows.
+    const std::vector<double> mag = gather_full(*m, tp).to_doubles();
+    const int64_t out = merged.size(0), in = merged.size(1);
+    double* v = merged.data<double>();
+    for (int64_t j = 0; j < out; ++j) {
+      double sq = 0;
+      for (int64_t i = 0; i < in; ++i) sq += v[j * in + i] * v[j * in + i];
+      const double g = mag[size_t(j)] / std::sqrt(sq);
+      for (int64_t i = 0; i < in; ++i) v[j * in + i] *= g;
+    }
+  }
   return merged.to(full_weight.dtype());
 }
 

@@ -4,6 +4,7 @@
 //
 //   base_model.model.<module>.lora_A.weight   [r, in]
 //   base_model.model.<module>.lora_B.weight   [out, r]
+//   base_model.model.<module>.lora_magnitude_vector   [out]   (DoRA)
 // (<module>: the HF module, e.g. model.layers.0.self_attn.q_proj). Tensors are
 // stored in the parameter dtype, as peft stores them. Loading checks every
 // tensor against the model's adapter parameters: a tensor the model has no
@@ -31,11 +32,12 @@ std::string peft_adapter_config(const LoraConfig& cfg, const std::string& base_m
 
 // Reads `dir`/adapter_config.json and adapter_model.safetensors into the
 // adapter parameters of the chunk holding `range` (each rank its shard;
-// tensors of other stages' layers are skipped). The adapter's r, lora_alpha
-// and use_rslora must equal the configuration's.
+// tensors of other stages' layers are skipped). The adapter's r, lora_alpha,
+// use_rslora and use_dora must equal the configuration's.
 void load_peft_adapter(ParamStore& store, const std::string& dir, const LoraConfig& cfg, const LayerRange& range);
 
-// W + s B A of the base weight `hf_name` (full, host), computed in float64 and
+// W + s B A of the base weight `hf_name` (full, host), for DoRA times
+// m / ||W + s B A|| per row, computed in float64 and
 // returned in W's dtype; W itself when the store has no adapter for it.
 // Collective over the tp group when it has.
 Tensor merge_lora_weight(ParamStore& store, TensorParallel& tp, const std::string& hf_name, const Tensor& full_weight);

@@ -26,7 +26,7 @@ ColumnParallelLinear::ColumnParallelLinear(ParamStore& store, const std::string&
 
 void ColumnParallelLinear::declare_lora(ParamStore& store, TensorParallel& tp) {
   if (store.lora() && store.lora()->targets(weight_->name))
-    lora_.emplace(store, *weight_, *store.lora(), tp.rank(), tp.size());
+    lora_.emplace(store, *weight_, *store.lora(), tp);
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x_full) const {
@@ -36,14 +36,15 @@ Tensor ColumnParallelLinear::forward(const Tensor& x_full) const {
 }
 
 void ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x_full, Tensor& dx_full, bool accumulate_dx) {
-  linear_backward(dy, x_full, weight_->value, weight_->grad, dx_full, accumulate_dx);
-  if (lora_) lora_->backward(dy, x_full, dx_full);
+  const Tensor dz = lora_ ? lora_->output_grad(dy, x_full) : dy;
+  linear_backward(dz, x_full, weight_->value, weight_->grad, dx_full, accumulate_dx);
+  if (lora_) lora_->backward(dz, x_full, dx_full);
 }
 
 RowParallelLinear::RowParallelLinear(ParamStore& store, const std::string& name, int64_t in_features,
                                      int64_t out_features, TensorParallel& tp)
     : weight_(&store.add(name, {out_features, in_features}, {ShardKind::Row, tp.rank(), tp.size()})), tp_(&tp) {
-  if (store.lora() && store.lora()->targets(name)) lora_.emplace(store, *weight_, *store.lora(), tp.rank(), tp.size());
+  if (store.lora() && store.lora()->targets(name)) lora_.emplace(store, *weight_, *store.lora(), tp);
 }
 
 // The adapter's partial sums join the base's, so one reduction covers both.
@@ -55,6 +56,7 @@ Tensor RowParallelLinear::forward(const Tensor& x_local) {
 
 Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x_local) {
   Tensor dy_full = tp_->exit_backward(dy);
+  if (lora_) dy_full = lora_->output_grad(dy_full, x_local);
   Tensor dx;
   linear_backward(dy_full, x_local, weight_->value, weight_->grad, dx, false);
   if (lora_) lora_->backward(dy_full, x_local, dx);

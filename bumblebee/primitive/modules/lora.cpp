@@ -1,4 +1,4 @@
-// LoRA configuration checks, adapter declaration, forward and backward.
+// LoRA and DoRA configuration checks, adapter declaration, forward and backward.
 #include "bumblebee/primitive/modules/lora.h"
 
 #include <algorithm>
@@ -52,7 +52,8 @@ void check_lora_config(const LoraConfig& cfg) {
 }
 
 bool is_lora_param(const std::string& name) {
-  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight");
+  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight") ||
+         name.ends_with(".lora_magnitude_vector");
 }
 
 std::string lora_param_name(const std::string& base_weight_name, const char* part) {
@@ -60,9 +61,50 @@ std::string lora_param_name(const std::string& base_weight_name, const char* par
   return stem + "." + part + ".weight";
 }
 
+std::string dora_magnitude_name(const std::string& base_weight_name) {
+  return base_weight_name.substr(0, base_weight_name.rfind('.')) + ".lora_magnitude_vector";
+}
+
+namespace {
+Tensor ones(const Shape& shape, DType dtype, Device dev) {
+  return Tensor::from_doubles(std::vector<double>(size_t(shape_numel(shape)), 1.0), shape, dtype).to(dev);
+}
+}  // namespace
+
+// Row sums of squares as one GEMM, (V * V) 1, so the op set needs no new reduction.
+std::vector<double> dora_weight_norm(const Tensor& w, const Tensor& a, const Tensor& b, double s,
+                                     TensorParallel* row_reduce) {
+  Tensor v = w.clone();
+  ops::matmul(b, false, a, false, v, s, 1.0);
+  Tensor sq = Tensor::empty(v.shape(), v.dtype(), v.device());
+  ops::mul(v, v, sq);
+  Tensor sums = Tensor::empty({v.size(0), 1}, v.dtype(), v.device());
+  ops::matmul(sq, false, ones({v.size(1), 1}, v.dtype(), v.device()), false, sums);
+  if (row_reduce && row_reduce->size() > 1) row_reduce->group().all_reduce(sums);
+  std::vector<double> norm = sums.to_doubles();
+  for (double& n : norm) n = std::sqrt(n);
+  return norm;
+}
+
+void init_dora_magnitudes(ParamStore& store, TensorParallel& tp) {
+  const LoraConfig* cfg = store.lora();
+  if (!cfg || !cfg->use_dora) return;
+  for (Parameter& m : store.params()) {
+    if (!m.name.ends_with(".lora_magnitude_vector")) continue;
+    const std::string stem = m.name.substr(0, m.name.rfind('.'));
+    const Parameter* w = store.find(stem + ".weight");
+    const Parameter* a = store.find(stem + ".lora_A.weight");
+    const Parameter* b = store.find(stem + ".lora_B.weight");
+    BB_CHECK(w && a && b, "DoRA magnitude '", m.name, "' lacks its base weight or lora_A/lora_B");
+    const std::vector<double> norm =
+        dora_weight_norm(w->value, a->value, b->value, cfg->scaling(), w->shard == ShardKind::Row ? &tp : nullptr);
+    m.value.copy_from(Tensor::from_doubles(norm, m.value.shape(), m.value.dtype()).to(m.value.device()));
+  }
+}
+
 void init_lora_params(ParamStore& store, uint64_t seed) {
   for (Parameter& p : store.params()) {
-    if (!is_lora_param(p.name)) continue;
+    if (!is_lora_param(p.name) || p.name.ends_with(".lora_magnitude_vector")) continue;
     if (p.init == InitKind::KaimingUniform)
       init_kaiming_uniform_shard(p, seed ^ std::hash<std::string>{}(p.name));
     else
@@ -70,8 +112,9 @@ void init_lora_params(ParamStore& store, uint64_t seed) {
   }
 }
 
-LoraAdapter::LoraAdapter(ParamStore& store, const Parameter& base, const LoraConfig& cfg, int tp_rank, int tp_size)
-    : scaling_(cfg.scaling()) {
+LoraAdapter::LoraAdapter(ParamStore& store, const Parameter& base, const LoraConfig& cfg, TensorParallel& tp)
+    : base_(&base), scaling_(cfg.scaling()) {
+  const int tp_rank = tp.rank(), tp_size = tp.size();
   const int64_t out = base.full_shape[0], in = base.full_shape[1], r = cfg.rank;
   BB_CHECK(r <= std::min(in, out), "peft.rank ", r, " is larger than the layer '", base.name, "' of shape ",
            shape_str(base.full_shape), " allows (at most min(in, out) = ", std::min(in, out), ")");
@@ -81,6 +124,33 @@ LoraAdapter::LoraAdapter(ParamStore& store, const Parameter& base, const LoraCon
                   {column ? ShardKind::Replicated : ShardKind::Row, tp_rank, tp_size}, InitKind::KaimingUniform);
   b_ = &store.add(lora_param_name(base.name, "lora_B"), {out, r},
                   {column ? ShardKind::Column : ShardKind::Replicated, tp_rank, tp_size}, InitKind::Zeros);
+  if (cfg.use_dora) {
+    m_ = &store.add(dora_magnitude_name(base.name), {out},
+                    {column ? ShardKind::Column : ShardKind::Replicated, tp_rank, tp_size}, InitKind::Ones);
+    if (!column) row_reduce_ = &tp;
+  }
+}
+
+Tensor LoraAdapter::placed_direction(int64_t width, int64_t col, std::vector<double>& norm) const {
+  const Tensor& w = base_->value;
+  norm = dora_weight_norm(w, a_->value, b_->value, scaling_, row_reduce_);
+  Tensor placed = Tensor::zeros({width, w.size(1)}, w.dtype(), w.device());
+  Tensor rows = placed.narrow(col, w.size(0));
+  rows.copy_from(w);
+  ops::matmul(b_->value, false, a_->value, false, rows, scaling_, 1.0);
+  return placed;
+}
+
+// The broadcast is a rank-1 GEMM, 1 [T, 1] times g [1, width], for the same reason.
+Tensor LoraAdapter::placed_scale(int64_t tokens, int64_t width, int64_t col, const std::vector<double>& norm) const {
+  std::vector<double> g(size_t(width), 1.0);
+  const std::vector<double> m = m_->value.to_doubles();
+  for (size_t j = 0; j < m.size(); ++j) g[size_t(col) + j] = m[j] / norm[j];
+  const Tensor& w = base_->value;
+  Tensor row = Tensor::from_doubles(g, {1, width}, w.dtype()).to(w.device());
+  Tensor scale = Tensor::empty({tokens, width}, w.dtype(), w.device());
+  ops::matmul(ones({tokens, 1}, w.dtype(), w.device()), false, row, false, scale);
+  return scale;
 }
 
 Tensor LoraAdapter::placed_b(int64_t width, int64_t col) const {
@@ -96,6 +166,29 @@ void LoraAdapter::forward(const Tensor& x, Tensor& y, int64_t col) const {
   Tensor u = Tensor::empty({x.size(0), a_->value.size(0)}, x.dtype(), x.device());
   ops::matmul(x, false, a_->value, true, u);
   ops::matmul(u, false, placed_b(y.size(1), col), true, y, scaling_, 1.0);
+  if (!m_) return;
+  const std::vector<double> norm = dora_weight_norm(base_->value, a_->value, b_->value, scaling_, row_reduce_);
+  ops::mul(y, placed_scale(y.size(0), y.size(1), col, norm), y);
+}
+
+Tensor LoraAdapter::output_grad(const Tensor& dy, const Tensor& x, int64_t col) {
+  if (!m_) return dy;
+  const int64_t T = dy.size(0), width = dy.size(1), out = m_->value.size(0);
+  std::vector<double> norm;
+  const Tensor v = placed_direction(width, col, norm);
+  if (m_->requires_grad()) {
+    Tensor z = Tensor::empty({T, width}, dy.dtype(), dy.device());
+    ops::matmul(x, false, v, true, z);
+    ops::mul(dy, z, z);
+    Tensor col_sums = Tensor::empty({width, 1}, dy.dtype(), dy.device());
+    ops::matmul(z, true, ones({T, 1}, dy.dtype(), dy.device()), false, col_sums);
+    std::vector<double> dm = col_sums.narrow(col, out).to_doubles();
+    for (int64_t j = 0; j < out; ++j) dm[size_t(j)] /= norm[size_t(j)];
+    ops::add_(m_->grad, Tensor::from_doubles(dm, {out}, m_->grad.dtype()).to(dy.device()));
+  }
+  Tensor dz = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  ops::mul(dy, placed_scale(T, width, col, norm), dz);
+  return dz;
 }
 
 void LoraAdapter::backward(const Tensor& dy, const Tensor& x, Tensor& dx, int64_t col) {

@@ -43,6 +43,8 @@ Tensor SwiGLUMLP::backward(const Tensor& dy, const SequenceLayout&, std::unique_
   Tensor dh = down_proj_.backward(dy, s.h);
   Tensor d_gate_up = Tensor::empty(s.gate_up.shape(), dy.dtype(), dy.device());
   ops::swiglu_backward(dh, s.gate_up, d_gate_up);
+  if (LoraAdapter* a = gate_proj_.lora()) d_gate_up = a->output_grad(d_gate_up, s.x_full, 0);
+  if (LoraAdapter* a = up_proj_.lora()) d_gate_up = a->output_grad(d_gate_up, s.x_full, gate_proj_.local_out());
   Tensor dw = store_->fused_grad(gate_proj_.weight(), up_proj_.weight());
   Tensor dx_full;
   linear_backward(d_gate_up, s.x_full, store_->fused_value(gate_proj_.weight(), up_proj_.weight()), dw, dx_full,

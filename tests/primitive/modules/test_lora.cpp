@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "module_fixture.h"
 
@@ -69,6 +70,111 @@ TEST(LoraAdapter, RowParallelGradientsMatchFiniteDifferences) {
   Tensor dx = linear->backward(Tensor::from_doubles(proj, {kTokens, kOut}, DType::F64), x);
   EXPECT_LT(test::sampled_gradient_error(loss, x, dx.to_doubles(), gen), kTol);
   test::expect_parameter_gradients_match(fx, loss, gen, kTol);
+}
+
+// DoRA's backward treats ||W + s B A|| as a constant (peft detaches it), so
+// finite differences run on that function: the layer's output with its
+// columns rescaled by ||.|| now / ||.|| at the point the gradient was taken,
+// which is m / ||.||_0 (x W^T + s x A^T B^T).
+std::function<double()> dora_detached_loss(const std::function<Tensor()>& forward, const std::vector<double>& proj,
+                                           LoraAdapter& a, Parameter& w, double scaling) {
+  const std::vector<double> norm0 = dora_weight_norm(w.value, a.A().value, a.B().value, scaling, nullptr);
+  return [&, forward, proj, norm0, scaling] {
+    const std::vector<double> y = forward().to_doubles();
+    const std::vector<double> norm = dora_weight_norm(w.value, a.A().value, a.B().value, scaling, nullptr);
+    const size_t out = norm.size();
+    double l = 0;
+    for (size_t i = 0; i < y.size(); ++i) l += proj[i] * y[i] * norm[i % out] / norm0[i % out];
+    return l;
+  };
+}
+
+// m away from its init value ||W + s B A|| so that g != 1 in every column.
+void perturb_magnitude(Parameter& m, Generator& gen) {
+  std::vector<double> v = m.value.to_doubles();
+  for (double& e : v) e *= 0.5 + gen.uniform();
+  m.value.copy_from(Tensor::from_doubles(v, m.value.shape(), DType::F64));
+}
+
+TEST(DoraAdapter, ColumnParallelGradientsMatchFiniteDifferences) {
+  test::ModuleFixture fx;
+  LoraConfig cfg = lora({"q_proj"});
+  cfg.use_dora = true;
+  fx.set_lora(cfg);
+  auto linear = fx.make_column_linear(kIn, kOut, "q_proj.weight");
+  fx.allocate_and_init(41);
+  Generator gen(42);
+  ASSERT_NE(linear->lora()->magnitude(), nullptr);
+  EXPECT_EQ(linear->lora()->magnitude()->name, "q_proj.lora_magnitude_vector");
+  EXPECT_TRUE(is_lora_param("q_proj.lora_magnitude_vector"));
+  perturb_magnitude(*linear->lora()->magnitude(), gen);
+  Tensor x = test::random_tensor(gen, {kTokens, kIn});
+  const std::vector<double> proj = test::random_vector(gen, kTokens * kOut);
+  auto loss = dora_detached_loss([&] { return linear->forward(x); }, proj, *linear->lora(), linear->weight(),
+                                 cfg.scaling());
+  Tensor dx;
+  linear->backward(Tensor::from_doubles(proj, {kTokens, kOut}, DType::F64), x, dx, false);
+  EXPECT_LT(test::sampled_gradient_error(loss, x, dx.to_doubles(), gen), kTol);
+  test::expect_parameter_gradients_match(fx, loss, gen, kTol);
+}
+
+TEST(DoraAdapter, RowParallelGradientsMatchFiniteDifferences) {
+  test::ModuleFixture fx;
+  LoraConfig cfg = lora({"o_proj"}, 2, 3.0);
+  cfg.use_dora = true;
+  fx.set_lora(cfg);
+  auto linear = fx.make_row_linear(kIn, kOut, "o_proj.weight");
+  fx.allocate_and_init(51);
+  Generator gen(52);
+  perturb_magnitude(*linear->lora()->magnitude(), gen);
+  Tensor x = test::random_tensor(gen, {kTokens, kIn});
+  const std::vector<double> proj = test::random_vector(gen, kTokens * kOut);
+  auto loss = dora_detached_loss([&] { return linear->forward(x); }, proj, *linear->lora(), linear->weight(),
+                                 cfg.scaling());
+  Tensor dx = linear->backward(Tensor::from_doubles(proj, {kTokens, kOut}, DType::F64), x);
+  EXPECT_LT(test::sampled_gradient_error(loss, x, dx.to_doubles(), gen), kTol);
+  test::expect_parameter_gradients_match(fx, loss, gen, kTol);
+}
+
+// y = (m / ||W + s B A||) (x W^T + s x A^T B^T) by hand, and m initialised
+// to the norm leaves the adapted layer's output unscaled.
+TEST(DoraAdapter, OutputIsTheNormalisedDirectionTimesTheMagnitude) {
+  test::ModuleFixture fx;
+  LoraConfig cfg = lora({"q_proj"}, 2, 6.0);
+  cfg.use_dora = true;
+  fx.set_lora(cfg);
+  auto linear = fx.make_column_linear(kIn, kOut, "q_proj.weight");
+  fx.allocate_and_init(61);
+  Generator gen(62);
+  LoraAdapter& a = *linear->lora();
+  const std::vector<double> w = linear->weight().value.to_doubles(), av = a.A().value.to_doubles(),
+                            bv = a.B().value.to_doubles();
+  std::vector<double> v(kOut * kIn), norm(kOut, 0.0);
+  for (int64_t o = 0; o < kOut; ++o)
+    for (int64_t i = 0; i < kIn; ++i) {
+      double ba = 0;
+      for (int64_t k = 0; k < 2; ++k) ba += bv[o * 2 + k] * av[k * kIn + i];
+      v[o * kIn + i] = w[o * kIn + i] + 3.0 * ba;
+      norm[o] += v[o * kIn + i] * v[o * kIn + i];
+    }
+  for (double& n : norm) n = std::sqrt(n);
+  init_dora_magnitudes(fx.store(), fx.tp());
+  const std::vector<double> m_init = a.magnitude()->value.to_doubles();
+  for (int64_t o = 0; o < kOut; ++o) EXPECT_NEAR(m_init[o], norm[o], 1e-12);
+  Tensor x = test::random_tensor(gen, {kTokens, kIn});
+  const std::vector<double> xv = x.to_doubles();
+  auto expect_output = [&](const std::vector<double>& m) {
+    const std::vector<double> y = linear->forward(x).to_doubles();
+    for (int64_t t = 0; t < kTokens; ++t)
+      for (int64_t o = 0; o < kOut; ++o) {
+        double z = 0;
+        for (int64_t i = 0; i < kIn; ++i) z += xv[t * kIn + i] * v[o * kIn + i];
+        EXPECT_NEAR(y[t * kOut + o], m[o] / norm[o] * z, 1e-12);
+      }
+  };
+  expect_output(m_init);
+  perturb_magnitude(*a.magnitude(), gen);
+  expect_output(a.magnitude()->value.to_doubles());
 }
 
 TEST(LoraAdapter, OutputIsBasePlusScaledLowRankProduct) {
