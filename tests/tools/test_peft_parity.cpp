@@ -1,9 +1,11 @@
-// LoRA under tensor and data parallelism: bb-correctness with the HF peft
-// adapter of tests/fixtures/qwen3_gqa_lora (every A and B nonzero) on all
+// LoRA and DoRA under tensor and data parallelism: bb-correctness with the HF
+// peft adapter of tests/fixtures/qwen3_gqa_lora or _dora (every A and B nonzero) on all
 // seven projections, under mpirun at tp=2 (dp 1 and 2), reproduces the
 // single-rank float64 run to 1e-10: loss, every adapter gradient norm, three
 // AdamW steps' losses and grad norms, and the merged weights W + s B A after
-// them (peft.merge_on_export, so the exported model carries the trained adapters).
+// them (peft.merge_on_export, so the exported model carries the trained adapters;
+// for DoRA (m / ||W + s B A||) (W + s B A), whose row norm is all-reduced over tp
+// for the row-parallel projections).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -20,11 +22,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-nlohmann::json run_lora(int ranks, int tp, const std::string& params_out) {
+nlohmann::json run_adapter(const std::string& type, int ranks, int tp, const std::string& params_out) {
   const std::string base = test::fixture_dir("qwen3_gqa");
   std::string cmd = test::tool("bb-correctness") + " hf_path=" + base + " tokens=" + base + "/tokens.json" +
-                    " steps=3 optimizer.lr=0.01 peft.type=lora peft.target_modules=all-linear peft.rank=4"
-                    " peft.alpha=8 peft.adapter_path=" + test::fixture_dir("qwen3_gqa_lora") +
+                    " steps=3 optimizer.lr=0.01 peft.type=" + type + " peft.target_modules=all-linear peft.rank=4"
+                    " peft.alpha=8 peft.adapter_path=" + test::fixture_dir("qwen3_gqa_" + type) +
                     " peft.merge_on_export=true export.dtype=param backend.parallel.tp=" + std::to_string(tp) +
                     " params_out=" + params_out;
   if (ranks > 1) cmd = test::mpirun(ranks) + cmd;
@@ -34,27 +36,33 @@ nlohmann::json run_lora(int ranks, int tp, const std::string& params_out) {
 }
 
 struct Layout {
+  std::string type;
   int tp, dp;
 };
 
 class PeftParity : public ::testing::TestWithParam<Layout> {};
 
-TEST_P(PeftParity, LoraMatchesSingleRank) {
-  const auto [tp, dp] = GetParam();
-  const std::string tag = "tp" + std::to_string(tp) + "_dp" + std::to_string(dp);
+TEST_P(PeftParity, MatchesSingleRank) {
+  const auto [type, tp, dp] = GetParam();
+  const std::string tag = type + "_tp" + std::to_string(tp) + "_dp" + std::to_string(dp);
   const fs::path tmp = fs::temp_directory_path() / ("bb_peft_parity_" + std::to_string(::getpid()) + "_" + tag);
   fs::create_directories(tmp);
-  const nlohmann::json single = run_lora(1, 1, (tmp / "single").string());
-  const nlohmann::json par = run_lora(tp * dp, tp, (tmp / "parallel").string());
-  EXPECT_EQ(single["per_param_grad_norm"].size(), 2u * 7 * 2) << "adapters only";
+  const nlohmann::json single = run_adapter(type, 1, 1, (tmp / "single").string());
+  const nlohmann::json par = run_adapter(type, tp * dp, tp, (tmp / "parallel").string());
+  // A and B (and DoRA's magnitude) of seven projections in each of two layers.
+  EXPECT_EQ(single["per_param_grad_norm"].size(), (type == "dora" ? 3u : 2u) * 7 * 2) << "adapters only";
   test::expect_same_run(par, single, tag);
   test::expect_same_params((tmp / "parallel").string(), (tmp / "single").string(), tag);
   fs::remove_all(tmp);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, PeftParity, ::testing::Values(Layout{2, 1}, Layout{2, 2}), [](const auto& info) {
-  return "tp" + std::to_string(info.param.tp) + "_dp" + std::to_string(info.param.dp);
-});
+INSTANTIATE_TEST_SUITE_P(Layouts, PeftParity,
+                         ::testing::Values(Layout{"lora", 2, 1}, Layout{"lora", 2, 2}, Layout{"dora", 2, 1},
+                                           Layout{"dora", 2, 2}),
+                         [](const auto& info) {
+                           return info.param.type + "_tp" + std::to_string(info.param.tp) + "_dp" +
+                                  std::to_string(info.param.dp);
+                         });
 
 }  // namespace
 }  // namespace bb
