@@ -14,7 +14,7 @@
 
 from ._bumblebee import Error, load_plugin
 from .batch import PackedBatch
-from .config import BBConfig, ExportConfig, OptimizerConfig, ParallelConfig, RuntimeConfig, config_help
+from .config import BBConfig, ExportConfig, OptimizerConfig, ParallelConfig, PeftConfig, RuntimeConfig, config_help
 from .loss import torch_loss
 from .outputs import ForwardResult, LossContext, ModelOutputs
 from .runtime import ModelHandle, Runtime, create_runtime
@@ -27,6 +27,7 @@ __all__ = [
     "ModelHandle",
     "ModelOutputs",
     "ExportConfig",
+    "PeftConfig",
     "OptimizerConfig",
     "PackedBatch",
     "ParallelConfig",

@@ -1,4 +1,4 @@
-"""RuntimeConfig, BBConfig, ParallelConfig and OptimizerConfig: dataclasses made
+"""RuntimeConfig, BBConfig, ParallelConfig, OptimizerConfig, PeftConfig and ExportConfig: dataclasses made
 from the library's configuration schema, one field per key, with the schema's
 defaults (``bumblebee.config_help()`` lists every key with its meaning).
 
@@ -6,6 +6,8 @@ defaults (``bumblebee.config_help()`` lists every key with its meaning).
     RuntimeConfig.backend_cfg: BBConfig      keys backend.X (field X)
     BBConfig.parallel: ParallelConfig        keys backend.parallel.X
     BBConfig.optimizer: OptimizerConfig      keys optimizer.X
+    BBConfig.peft: PeftConfig                keys peft.X (LoRA / DoRA, docs/peft.md)
+    RuntimeConfig.export_cfg: ExportConfig   keys export.X
 
 A config reaches the library as key=value words (``to_words()``), so every
 value gets the tools' checks and errors, and ``override("backend.parallel.tp=2",
@@ -40,6 +42,8 @@ def _place(key):
         return "ParallelConfig", parts[2]
     if parts[0] == "export" and len(parts) == 2:
         return "ExportConfig", parts[1]
+    if parts[0] == "peft" and len(parts) == 2:
+        return "PeftConfig", parts[1]
     raise _native.Error(f"configuration key '{key}' has no place in the Python dataclasses (python/bumblebee/config.py)")
 
 
@@ -65,13 +69,15 @@ def _make(name, extra_fields, doc):
 
 ParallelConfig = _make("ParallelConfig", [], "Parallel layout: the backend.parallel.* keys.")
 OptimizerConfig = _make("OptimizerConfig", [], "AdamW and learning-rate schedule: the optimizer.* keys.")
+PeftConfig = _make("PeftConfig", [], "Parameter-efficient fine-tuning (LoRA, DoRA): the peft.* keys.")
 BBConfig = _make(
     "BBConfig",
     [
         ("parallel", ParallelConfig, dataclasses.field(default_factory=ParallelConfig)),
         ("optimizer", OptimizerConfig, dataclasses.field(default_factory=OptimizerConfig)),
+        ("peft", PeftConfig, dataclasses.field(default_factory=PeftConfig)),
     ],
-    "The native backend's configuration: the backend.* keys, parallel and optimizer.",
+    "The native backend's configuration: the backend.* keys, parallel, optimizer and peft.",
 )
 ExportConfig = _make("ExportConfig", [], "Hugging Face export: the export.* keys.")
 _RuntimeConfigFields = _make(
@@ -91,6 +97,7 @@ def _section(cfg, key):
         "BBConfig": cfg.backend_cfg,
         "ParallelConfig": cfg.backend_cfg.parallel,
         "OptimizerConfig": cfg.backend_cfg.optimizer,
+        "PeftConfig": cfg.backend_cfg.peft,
         "ExportConfig": cfg.export_cfg,
     }[cls]
 
@@ -128,6 +135,7 @@ class RuntimeConfig(_RuntimeConfigFields):
                 self.backend_cfg,
                 parallel=dataclasses.replace(self.backend_cfg.parallel),
                 optimizer=dataclasses.replace(self.backend_cfg.optimizer),
+                peft=dataclasses.replace(self.backend_cfg.peft),
             ),
             export_cfg=dataclasses.replace(self.export_cfg),
         )
