@@ -71,7 +71,9 @@ DType resolve_dtype(const std::string& name, Device dev) {
 void check_router_replay(const PackedBatch& data, RouterReplayMode mode, const ModelChunk::RouterShape& shape,
                          int cp) {
   BB_CHECK(shape.moe_layers > 0, "router_replay = ", data.router_replay, " needs a model with MoE layers");
-  BB_CHECK(cp == 1, "router replay with backend.parallel.cp = ", cp, " > 1 is not implemented");
+  // MoE models are refused under cp at build time; this keeps replay's per-token routes whole-sequence.
+  BB_CHECK(cp == 1, "router replay needs backend.parallel.cp = 1 (routes are recorded per token of whole "
+           "sequences; MoE models do not run under context parallelism yet), got cp = ", cp);
   if (mode == RouterReplayMode::Record) return;
   check_routed_experts(data.routed_experts, data.total_tokens(), shape.moe_layers, shape.top_k, shape.num_experts);
 }
