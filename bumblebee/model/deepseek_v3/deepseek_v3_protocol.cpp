@@ -2,6 +2,7 @@
 #include "bumblebee/model/deepseek_v3/deepseek_v3_protocol.h"
 
 #include "bumblebee/model/decoder/decoder.h"
+#include "bumblebee/model/dense/dense_protocol.h"
 #include "bumblebee/model/deepseek_v3/deepseek_v3_checkpoint.h"
 #include "bumblebee/model/registry.h"
 #include "bumblebee/primitive/modules/decoder_layer.h"
@@ -61,14 +62,7 @@ std::unique_ptr<ModelChunk> DeepseekV3Protocol::build_model(const nlohmann::json
   mla.rope_interleave = cfg.rope_interleave;
   const Tensor inv_freq = rope_inv_freq(d.rope, cfg.qk_rope_head_dim).to(ctx.device);
 
-  DecoderSpec spec;
-  spec.config = cfg.to_json();
-  spec.vocab_size = d.vocab_size;
-  spec.hidden_size = d.hidden_size;
-  spec.num_layers = d.num_layers;
-  spec.norm_eps = d.rms_norm_eps;
-  spec.initializer_range = d.initializer_range;
-  spec.tie_word_embeddings = d.tie_word_embeddings;
+  DecoderSpec spec = dense_decoder_spec(d, cfg.to_json());
   spec.moe = true;
   std::vector<int64_t> moe_index(size_t(d.num_layers), 0);
   int64_t moe_layers = 0;

@@ -25,6 +25,18 @@ double dense_train_flops(const DenseConfig& cfg, int64_t tokens, int64_t seq_len
   return double(tokens) * (6.0 * n + attn);
 }
 
+DecoderSpec dense_decoder_spec(const DenseConfig& d, nlohmann::json config) {
+  DecoderSpec spec;
+  spec.config = std::move(config);
+  spec.vocab_size = d.vocab_size;
+  spec.hidden_size = d.hidden_size;
+  spec.num_layers = d.num_layers;
+  spec.norm_eps = d.rms_norm_eps;
+  spec.initializer_range = d.initializer_range;
+  spec.tie_word_embeddings = d.tie_word_embeddings;
+  return spec;
+}
+
 std::unique_ptr<ModelChunk> DenseProtocol::build_model(const nlohmann::json& model_config,
                                                        const BuildContext& ctx) const {
   for (const auto& [k, v] : ctx.impl_cfg.items()) BB_FAIL("unknown impl_cfg key '", k, "' for dense models");
@@ -37,14 +49,7 @@ std::unique_ptr<ModelChunk> DenseProtocol::build_model(const nlohmann::json& mod
   BB_CHECK(ctx.recompute.mode != RecomputeMode::Selective || !ctx.recompute.modules.moe,
            "backend.recompute_modules: 'moe' needs a model with MoE layers; '", cfg.model_type, "' has none");
 
-  DecoderSpec spec;
-  spec.config = cfg.to_json();
-  spec.vocab_size = cfg.vocab_size;
-  spec.hidden_size = cfg.hidden_size;
-  spec.num_layers = cfg.num_layers;
-  spec.norm_eps = cfg.rms_norm_eps;
-  spec.initializer_range = cfg.initializer_range;
-  spec.tie_word_embeddings = cfg.tie_word_embeddings;
+  DecoderSpec spec = dense_decoder_spec(cfg, cfg.to_json());
   spec.build_layer = [lc, &pc, inv_freq, cfg, recompute = ctx.recompute, range = ctx.layers](
                          ParamStore& store, const std::string& prefix, int64_t layer) {
     const SelectiveRecompute sel = recompute.selective_for(layer, range);

@@ -3,6 +3,7 @@
 // generic Decoder with DecoderLayers whose feed-forward slot is a SwiGLU MLP.
 #pragma once
 
+#include "bumblebee/model/decoder/decoder.h"
 #include "bumblebee/model/dense/dense_config.h"
 #include "bumblebee/model/protocol.h"
 
@@ -19,6 +20,11 @@ class DenseProtocol : public ModelProtocol {
  private:
   bool qk_norm_;
 };
+
+// The parts of a DecoderSpec every decoder over a DenseConfig shares (sizes,
+// norm eps, init range, tied embeddings) with `config` as the model's
+// normalised config; the caller adds its layers (and MoE fields).
+DecoderSpec dense_decoder_spec(const DenseConfig& d, nlohmann::json config);
 
 // FLOPs of one training step of a dense model (see ModelChunk::train_flops).
 double dense_train_flops(const DenseConfig& cfg, int64_t tokens, int64_t seq_len);

@@ -2,6 +2,7 @@
 #include "bumblebee/model/qwen3_moe/qwen3_moe_protocol.h"
 
 #include "bumblebee/model/decoder/decoder.h"
+#include "bumblebee/model/dense/dense_protocol.h"
 #include "bumblebee/model/qwen3_moe/qwen3_moe_checkpoint.h"
 #include "bumblebee/model/registry.h"
 #include "bumblebee/primitive/modules/decoder_layer.h"
@@ -41,14 +42,7 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
   lc.norm_eps = d.rms_norm_eps;
   const Tensor inv_freq = rope_inv_freq(d.rope, d.head_dim).to(ctx.device);
 
-  DecoderSpec spec;
-  spec.config = cfg.to_json();
-  spec.vocab_size = d.vocab_size;
-  spec.hidden_size = d.hidden_size;
-  spec.num_layers = d.num_layers;
-  spec.norm_eps = d.rms_norm_eps;
-  spec.initializer_range = d.initializer_range;
-  spec.tie_word_embeddings = d.tie_word_embeddings;
+  DecoderSpec spec = dense_decoder_spec(d, cfg.to_json());
   spec.moe = true;
   std::vector<int64_t> moe_index(size_t(d.num_layers), 0);   // layer -> its place among the MoE layers
   int64_t moe_layers = 0;
