@@ -16,6 +16,11 @@
 #   moe_parity the same 50 steps on a ~100M-parameter Qwen3-MoE (16 experts, top-4; hf_bf16_reference.py
 #             --model moe): bb (fp32 and bf16 residual stream) against HF under autocast, loss within 2 %
 #             at every step
+#   dsv3_parity the same 50 steps on an 88M-parameter DeepSeek-V3-shaped model (MLA, group-limited sigmoid
+#             routing, a shared expert; hf_bf16_reference.py --model dsv3), loss within 2 % at every step
+#   dsv3_bench bb-bench and HF transformers (grouped_mm experts) on the DeepSeek-V3 architecture at its real widths,
+#             4 layers, 16 routed experts and the first layer dense (configs/deepseek-v3 with model overrides; 5.24B
+#             parameters), seq 4096, 1 x 4096 tokens a microbatch, 4 microbatches; BENCH_PROFILE=N profiled steps
 #   moe_bench bb-bench on the Qwen3-30B-A3B architecture cut to MOE_LAYERS layers (default 4), 2 x 4096
 #             tokens a microbatch, 4 microbatches; BENCH_PROFILE=N profiled steps
 #   peers     the PyTorch peers on the same machine (benchmarks/baselines): torchtitan 0.3.0 (wheels in .whl/,
@@ -62,7 +67,9 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 # baseline measured 11 % slower in eager and 45 % slower compiled that way).
 py="env LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} python3"
 prefix=""
-if [ ! -e /usr/include/x86_64-linux-gnu/cblas.h ] && [ ! -e /usr/include/cblas.h ] && [ -d .deps/usr ]; then
+# .deps/usr: Debian packages unpacked here and carried (scripts/fetch_device_deps.sh: PCRE2 and utf8proc,
+# which the GPU image lacks and bb-train's tokenizer.json loading needs).
+if [ -d .deps/usr ]; then
   prefix="-DCMAKE_PREFIX_PATH=$PWD/.deps/usr"
   export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/openblas-pthread:$PWD/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 fi
@@ -90,7 +97,7 @@ if [ $needs_bb = 1 ]; then
   targets="bb_cuda_ops bb-bench bb-correctness"
   case " $stages " in *" sft "*) targets="$targets bb-train" ;; esac
   case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
-  case " $stages " in *" gpu_unit "*) targets="$targets bb_tests" ;; esac
+  case " $stages " in *" gpu_unit "*) targets="$targets bb_tests bb-convert" ;; esac
   case " $stages " in *" export "*) targets="$targets _bumblebee" ;; esac
   case " $stages " in *" export "*) grep -q "Python bindings for" "$LOGS/cmake.log" && targets="$targets _bumblebee" ;; esac
   ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
@@ -243,6 +250,30 @@ PY
       done
       python3 benchmarks/parity/compare_runs.py --loss-bound 0.02 hf="$LOGS/moe_parity_hf.json" \
         bb_fp32_residual="$LOGS/moe_parity_bb_resfp32.json" bb_bf16_residual="$LOGS/moe_parity_bb_resbf16.json" ;;
+    dsv3_parity)
+      [ -f /tmp/parity_dsv3/hf_losses.json ] || timeout 300 $py benchmarks/parity/hf_bf16_reference.py --model dsv3 \
+        --out /tmp/parity_dsv3 > "$LOGS/dsv3_parity_hf.log" 2>&1 || tail -5 "$LOGS/dsv3_parity_hf.log"
+      cp /tmp/parity_dsv3/hf_losses.json "$LOGS/dsv3_parity_hf.json"
+      for res in fp32 bf16; do
+        flag=false; [ $res = fp32 ] && flag=true
+        timeout 300 $bin/bb-correctness hf_path=/tmp/parity_dsv3/model tokens=/tmp/parity_dsv3/tokens.json $parity_train \
+          backend.fp32_residual_connection=$flag > "$LOGS/dsv3_parity_bb_res$res.json" 2> "$LOGS/dsv3_parity_bb_res$res.err" ||
+          tail -5 "$LOGS/dsv3_parity_bb_res$res.err"
+      done
+      python3 benchmarks/parity/compare_runs.py --loss-bound 0.02 hf="$LOGS/dsv3_parity_hf.json" \
+        bb_fp32_residual="$LOGS/dsv3_parity_bb_resfp32.json" bb_bf16_residual="$LOGS/dsv3_parity_bb_resbf16.json" ;;
+    dsv3_bench)
+      m=deepseek-v3-16e_4l
+      timeout 400 $bin/bb-bench hf_path=configs/deepseek-v3 backend.device=cuda bench.truncate_layers=4 \
+        'backend.model_overrides={"n_routed_experts": 16, "first_k_dense_replace": 1, "num_nextn_predict_layers": 0}' \
+        bench.seq_len=4096 bench.micro_batch_size=1 bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 \
+        bench.profile_steps=${BENCH_PROFILE:-0} output_json="$LOGS/bench_$m.json" > "$LOGS/bench_$m.log" 2>&1
+      grep -E "^step|^memory" "$LOGS/bench_$m.log" | tail -3; grep -A40 "^profile over" "$LOGS/bench_$m.log"
+      tail -1 "$LOGS/bench_$m.log"
+      record_json "$LOGS/bench_$m.json" bb
+      [ -n "${DSV3_HF-1}" ] && timeout 400 $py benchmarks/baselines/hf_train_bench.py --models deepseek-v3-16e --layers 4 \
+        --modes eager --micro-batch 1 --grad-accum 4 --steps ${PEER_STEPS:-4} --warmup 2 > "$LOGS/hf_$m.log" 2>&1
+      grep "^{" "$LOGS/hf_$m.log" | tee -a "$results" || tail -5 "$LOGS/hf_$m.log" ;;
     hfload)
       # Train 20 steps, export, load the export in HF transformers and compare logits (benchmarks/parity/hf_load_check.py).
       for m in ${HFLOAD_MODELS:-dense moe}; do
@@ -276,7 +307,7 @@ PY
         "data/tokenizer.json here: unpack libpcre2-dev (and libutf8proc-dev) into .deps/usr and carry it"
       for r in ${SFT_RECIPES:-qwen3_1.7b_sft_full qwen3_1.7b_sft_lora}; do
         timeout 400 $bin/bb-train recipe=recipes/$r.json model.hf_path=configs/qwen3-1.7b model.load_hf_weights=false \
-          data.tokenizer=data/tokenizer.json data.chat_template=qwen3 train.steps=${SFT_STEPS:-8} train.eval_batches=0 \
+          data.tokenizer=data/tokenizer.json data.chat_template=qwen3 train.steps=${SFT_STEPS:-8} optimizer.lr_warmup_steps=1 train.eval_batches=0 \
           train.log_interval=1 output.save_hf=false output.dir="$LOGS/sft_$r" > "$LOGS/sft_$r.log" 2>&1 || echo "$r: exit $?"
         grep -E "^sft data|^step" "$LOGS/sft_$r.log" | tail -3; tail -1 "$LOGS/sft_$r.log"
         [ -f "$LOGS/sft_$r/final_metrics.json" ] && python3 - "$LOGS/sft_$r" "$r" >> "$results" <<'PY'
@@ -296,9 +327,15 @@ PY
       if [ ! -e "$build/python/bumblebee/__init__.py" ]; then
         echo "export: the Python module was not built ($(grep -m1 'Python bindings' "$LOGS/cmake.log"))"
       else
-        timeout 300 env PYTHONPATH=$build/python:${PYTHONPATH:-} python3 benchmarks/export_weights_bench.py configs/qwen3-1.7b \
+        timeout 300 env PYTHONPATH=$build/python:${PYTHONPATH:-} python3 -X faulthandler benchmarks/export_weights_bench.py configs/qwen3-1.7b \
           --device cuda --dtype bfloat16 --bucket-bytes $((512 << 20)) > "$LOGS/export.log" 2>&1
         cat "$LOGS/export.log" | tail -5
+        # A crash before Python code runs leaves only the import in the Python trace: the native frames say more.
+        grep -q "Segmentation fault" "$LOGS/export.log" && command -v gdb > /dev/null &&
+          PYTHONPATH=$build/python timeout 120 gdb -q -batch -ex run -ex bt --args python3 -c "import bumblebee" 2>&1 |
+          grep -E "^#|signal" | head -30
+        grep -q "Segmentation fault" "$LOGS/export.log" &&
+          PYTHONPATH=$build/python LD_DEBUG=files timeout 60 python3 -c "import bumblebee" 2>&1 | grep "calling init" | tail -4
         grep '^{' "$LOGS/export.log" | python3 -c "import json, sys; [print(json.dumps({**json.loads(l), 'runner': 'bb'})) for l in sys.stdin]" >> "$results"
       fi ;;
     gpu_unit)

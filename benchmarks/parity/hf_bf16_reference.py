@@ -1,5 +1,5 @@
-"""HF transformers side of the bf16 parity checks (issues 3, 12): a ~100M-parameter Qwen3 or Qwen3-MoE trained 50
-AdamW steps on GPU.
+"""HF transformers side of the bf16 parity checks (issues 3, 12, 17): a ~100M-parameter Qwen3, Qwen3-MoE or
+DeepSeek-V3-shaped model trained 50 AdamW steps on GPU.
 
 Models (--model):
   dense  (default) Qwen3, 100,094,208 parameters: hidden 768, 12 layers, 12 / 4 heads, head_dim 64, ffn 2048,
@@ -9,6 +9,11 @@ Models (--model):
          moe_intermediate 256, vocab 32000, untied embeddings (as Qwen3-30B-A3B), no router auxiliary loss
          (output_router_logits false, the Hub's value), experts run by transformers' "eager" experts
          implementation (--experts-implementation picks another).
+  dsv3   DeepSeek-V3 shape, 87,755,776 parameters: hidden 512, 8 layers (the first dense, ffn 1536), 8 heads of
+         multi-head latent attention (q_lora_rank 192, kv_lora_rank 128, qk nope / rope 64 / 32, v 64, interleaved
+         rope), 7 MoE layers of 16 routed experts (moe_intermediate 256) in 4 groups, top-2 groups, top-4 experts,
+         sigmoid scores with the correction bias, routed_scaling_factor 2.5, one shared expert, vocab 32000,
+         untied embeddings, no MTP layer (HF's forward has none).
 Makes, under --out DIR:
   DIR/model/         the seeded random-init checkpoint (HF's own init), saved by save_pretrained in bf16
   DIR/tokens.json    NUM_BATCHES x BATCH = 80 sequences of SEQ_LEN = 512 token ids (JSON list of lists)
@@ -40,6 +45,7 @@ from itself when only the attention kernel changes.
 
 Run on one GPU:  python benchmarks/parity/hf_bf16_reference.py --out /tmp/parity [--precision master|bf16act|pure]
                  python benchmarks/parity/hf_bf16_reference.py --model moe --out /tmp/parity_moe
+                 python benchmarks/parity/hf_bf16_reference.py --model dsv3 --out /tmp/parity_dsv3
 """
 
 import argparse
@@ -50,7 +56,8 @@ import os
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import transformers
-from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 # 12 layers x 6.29M + 24.6M tied embedding = 100.1M parameters.
 DENSE_CONFIG = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
@@ -68,8 +75,20 @@ MOE_CONFIG = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num
                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                   num_experts=16, num_experts_per_tok=4, moe_intermediate_size=256, norm_topk_prob=True,
                   decoder_sparse_step=1, mlp_only_layers=[], output_router_logits=False, router_aux_loss_coef=0.001)
+# Layer 0 dense (3.1M: ffn 2.36M, MLA 0.72M), layers 1-7 MoE at 7.4M each (16 x 0.39M routed, 0.39M shared,
+# 0.72M MLA), 2 x 16.4M untied embeddings: 87.8M.
+DSV3_CONFIG = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, moe_intermediate_size=256,
+                   num_hidden_layers=8, first_k_dense_replace=1, num_attention_heads=8, num_key_value_heads=8,
+                   q_lora_rank=192, kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64,
+                   rope_interleave=True, n_routed_experts=16, n_shared_experts=1, num_experts_per_tok=4, n_group=4,
+                   topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True, num_nextn_predict_layers=0,
+                   hidden_act="silu", max_position_embeddings=4096, rms_norm_eps=1e-6, attention_bias=False,
+                   attention_dropout=0.0, tie_word_embeddings=False, initializer_range=0.02, use_cache=False,
+                   bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 MODELS = {"dense": (Qwen3Config, Qwen3ForCausalLM, DENSE_CONFIG),
-          "moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM, MOE_CONFIG)}
+          "moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM, MOE_CONFIG),
+          "dsv3": (DeepseekV3Config, DeepseekV3ForCausalLM, DSV3_CONFIG)}
 BATCH = 8
 SEQ_LEN = 512
 NUM_BATCHES = 10
@@ -113,7 +132,7 @@ def make_tokens(path):
 def train(model_dir, kind, batches, precision, experts_implementation):
     dtype = torch.float32 if precision == "master" else torch.bfloat16
     _, model_class, _ = MODELS[kind]
-    extra = {"experts_implementation": experts_implementation} if kind == "moe" else {}
+    extra = {"experts_implementation": experts_implementation} if kind in ("moe", "dsv3") else {}
     model = model_class.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa", **extra).cuda()
     model.train()
     params = list(model.parameters())
@@ -148,7 +167,7 @@ def main():
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--model", choices=list(MODELS), default="dense")
     parser.add_argument("--experts-implementation", choices=["eager", "grouped_mm", "batched_mm"], default="eager",
-                        help="transformers' experts backend (--model moe)")
+                        help="transformers' experts backend (--model moe, dsv3)")
     parser.add_argument("--precision", choices=["master", "bf16act", "pure"], default="master")
     parser.add_argument("--sdpa-backend", choices=list(SDPA_BACKENDS), default="default")
     args = parser.parse_args()
@@ -164,7 +183,7 @@ def main():
     result = {"losses": losses, "grad_norms": grad_norms, "model": args.model, "precision": args.precision,
               "sdpa_backend": args.sdpa_backend, "steps": STEPS, "batch": BATCH, "seq_len": SEQ_LEN,
               "num_batches": NUM_BATCHES, "n_params": n_params, "adamw": ADAMW,
-              "experts_implementation": args.experts_implementation if args.model == "moe" else None,
+              "experts_implementation": args.experts_implementation if args.model in ("moe", "dsv3") else None,
               "data": "step s: rows [8*(s%10), 8*(s%10)+8) of tokens.json", "device": torch.cuda.get_device_name(),
               "torch": torch.__version__, "transformers": transformers.__version__}
     with open(os.path.join(args.out, "hf_losses.json"), "w") as f:

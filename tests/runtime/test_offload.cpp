@@ -5,6 +5,7 @@
 // goes to a separate host allocation and back, so the bookkeeping and the
 // bits are checked in CI; the CUDA case (run by the gpu_unit stage) also
 // checks that the device memory goes back to the driver.
+#include <cmath>
 #include <gtest/gtest.h>
 
 #include "bumblebee/core/device_memory.h"
@@ -116,12 +117,13 @@ TEST(Offload, OnACpuRuntimeToTheHostIsANoOpAndAnotherDeviceIsAnError) {
   expect_error_mentions([&] { r.rt->to(r.h, Device::cuda(0)); }, "neither the host (cpu) nor this runtime's device");
 }
 
-TEST(OffloadCuda, RoundTripReleasesDeviceMemoryAndTrainingStaysBitIdentical) {
+TEST(OffloadCuda, RoundTripReleasesDeviceMemoryAndRestoresEveryTensorBitForBit) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
   TrainingRun plain = make_run("cuda", "auto");
   TrainingRun moved = make_run("cuda", "auto");
   train_steps(plain, 3);
   train_steps(moved, 1);
+  const std::vector<std::vector<double>> state_before = training_state(moved);
   const Device dev = moved.rt->device();
   device_release_cached(dev);
   const size_t in_use = device_bytes_in_use(dev);
@@ -131,15 +133,29 @@ TEST(OffloadCuda, RoundTripReleasesDeviceMemoryAndTrainingStaysBitIdentical) {
   std::printf("offload: tensors on device %zu -> %zu bytes, driver free %zu -> %zu bytes\n", in_use,
               device_bytes_in_use(dev), free_before, free_after);
   EXPECT_LT(device_bytes_in_use(dev), in_use);
-  EXPECT_GT(free_after, free_before);
+  // This model's half megabyte is below the driver's allocation granularity, so
+  // the driver's count may not move; bb-bench bench.offload=true measures the
+  // release on a real model (RESULTS.md).
+  EXPECT_GE(free_after, free_before);
   {
     auto mode = moved.rt->train_mode(moved.h);
     expect_error_mentions([&] { moved.rt->forward_backward(moved.h, test::fixture_batch("llama3_gqa")); },
                           "offloaded");
   }
   moved.rt->to(moved.h, dev);
+  EXPECT_EQ(training_state(moved), state_before);
+  // Two CUDA runs of the same steps differ in the last bits of the reduced
+  // gradients (the RMSNorm weight gradient sums its row partials with
+  // atomics), so the runs are compared to fp32 rounding, not bitwise; the
+  // CPU test above is the bitwise one.
   train_steps(moved, 2);
-  EXPECT_EQ(training_state(moved), training_state(plain));
+  const auto a = training_state(moved), b = training_state(plain);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t t = 0; t < a.size(); ++t) {
+    ASSERT_EQ(a[t].size(), b[t].size());
+    for (size_t i = 0; i < a[t].size(); ++i)
+      ASSERT_NEAR(a[t][i], b[t][i], 1e-5 * (1.0 + std::abs(b[t][i]))) << "tensor " << t << " element " << i;
+  }
 }
 
 }  // namespace
