@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 
+#include "bumblebee/primitive/ckpt/fused_experts.h"
 #include "bumblebee/primitive/ckpt/hf_checkpoint_writer.h"
 #include "bumblebee/primitive/ckpt/peft_adapter.h"
 #include "bumblebee/runtime/model_state.h"
@@ -113,8 +114,12 @@ void Runtime::write_hf_model(ModelHandle& h, const std::string& dir, const std::
   // dtype most of the source's tensors have.
   std::optional<HFCheckpoint> source;
   std::optional<DType> source_default;
-  if (writer_rank && how == "source" && has_safetensors(cfg_.hf_path)) {
+  std::map<std::string, int64_t> fused_layers;   // experts written fused where the source stores them so
+  if (writer_rank && has_safetensors(cfg_.hf_path)) {
     source = HFCheckpoint::open(cfg_.hf_path);
+    fused_layers = fused_expert_layers(*source);
+  }
+  if (source && how == "source") {
     std::map<DType, size_t> count;
     for (const std::string& name : source->names()) ++count[source->dtype(name)];
     for (const auto& [dt, n] : count)
@@ -123,15 +128,19 @@ void Runtime::write_hf_model(ModelHandle& h, const std::string& dir, const std::
   std::optional<HFCheckpointWriter> writer;
   if (writer_rank) writer.emplace(dir, cfg_.export_cfg.max_shard_bytes, fixed);
   uint64_t written = 0;
-  export_weights(h, [&](const std::string& name, const Tensor& t) {
-    if (!writer) return;
-    std::optional<DType> want = source && source->has(name) ? std::optional<DType>(source->dtype(name)) : source_default;
+  FusedExpertSink write(std::move(fused_layers), [&](const std::string& name, const Tensor& t) {
+    const bool source_dtype = how == "source" && source && source->has(name);
+    std::optional<DType> want = source_dtype ? std::optional<DType>(source->dtype(name)) : source_default;
     const Tensor out = want && *want != t.dtype() ? t.to(Device::cpu()).to(*want) : t;
     writer->add(name, out);
     written += fixed ? uint64_t(t.numel()) * dtype_size(*fixed) : out.nbytes();
     if (progress) progress(written);
+  });
+  export_weights(h, [&](const std::string& name, const Tensor& t) {
+    if (writer) write(name, t);
   }, merge_lora);
   if (!writer_rank) return;
+  write.finish();
   writer->finish();
   const std::string tmp = dir + "/config.json.tmp";
   {
