@@ -136,10 +136,15 @@ class ModelChunk {
   // The whole model's routers: what router replay's PackedBatch::
   // routed_experts holds per token (moe_layers x top_k ids), and whether the
   // auxiliary loss couples every layer (HF's form: it cannot be split over
-  // pipeline stages). Zeros: no MoE layer.
+  // pipeline stages), and whether a router's losses or drops depend on the
+  // whole microbatch (a load-balancing loss, the z-loss's mean, an expert
+  // capacity): context parallelism splits each sequence over the cp ranks, so
+  // such a model is refused under cp > 1, while per-token routing (DeepSeek-V3's
+  // sigmoid router, aux-loss-free) runs there. Zeros: no MoE layer.
   struct RouterShape {
     int64_t moe_layers = 0, top_k = 0, num_experts = 0;
     bool aux_loss_couples_layers = false;
+    bool microbatch_statistics = false;
   };
   virtual RouterShape router_shape() const { return {}; }
   // Called on every rank after each optimizer step (collective over the dp x

@@ -294,6 +294,69 @@ void mul(const Tensor& a, const Tensor& b, Tensor& out) {
   BB_DISPATCH_CUDA(mul, a, b, out);
 }
 
+// ---- column gather ------------------------------------------------------------------------
+
+ColumnIndex make_column_index(int64_t in, const std::vector<int64_t>& index, Device device) {
+  BB_CHECK(in > 0 && !index.empty(), "make_column_index: needs input and output columns, got ", in, " -> ",
+           index.size());
+  std::vector<int64_t> offsets(size_t(in + 1), 0);
+  for (size_t j = 0; j < index.size(); ++j) {
+    BB_CHECK(index[j] >= 0 && index[j] < in, "make_column_index: index[", j, "] = ", index[j], " is outside [0, ",
+             in, ")");
+    ++offsets[size_t(index[j] + 1)];
+  }
+  for (size_t c = 0; c < size_t(in); ++c) offsets[c + 1] += offsets[c];
+  // Output columns in ascending order within each input column's range.
+  std::vector<int64_t> columns(index.size()), next(offsets.begin(), offsets.end() - 1);
+  for (size_t j = 0; j < index.size(); ++j) columns[size_t(next[size_t(index[j])]++)] = int64_t(j);
+  const int64_t out = int64_t(index.size());
+  return ColumnIndex{in, Tensor::from_vector(index, {out}).to(device),
+                     Tensor::from_vector(offsets, {in + 1}).to(device), Tensor::from_vector(columns, {out}).to(device)};
+}
+
+namespace {
+// x [N, in] (dx) against y [N, out] (dy) and the index tensors of `index`.
+void check_column_gather(const char* op, const Tensor& wide, const char* wide_name, const Tensor& narrow,
+                         const char* narrow_name, const ColumnIndex& index) {
+  common_device(op, {{wide, wide_name},
+                     {narrow, narrow_name},
+                     {index.index, "index"},
+                     {index.inverse_offsets, "inverse_offsets"},
+                     {index.inverse_columns, "inverse_columns"}});
+  expect_dim(op, wide, wide_name, 2);
+  expect_shape(op, narrow, narrow_name, {wide.size(0), index.out()});
+  BB_CHECK(wide.size(1) == index.in, op, ": tensor '", wide_name, "' has ", wide.size(1),
+           " columns but the index selects from ", index.in);
+  for (const Tensor* t : {&index.index, &index.inverse_offsets, &index.inverse_columns})
+    BB_CHECK(t->dtype() == DType::I64, op, ": the column index tensors are int64 (make_column_index), got ",
+             dtype_name(t->dtype()));
+  expect_shape(op, index.inverse_offsets, "inverse_offsets", {index.in + 1});
+  expect_shape(op, index.inverse_columns, "inverse_columns", {index.out()});
+  BB_CHECK(narrow.dtype() == wide.dtype(), op, ": '", narrow_name, "' is ", dtype_name(narrow.dtype()), " but '",
+           wide_name, "' is ", dtype_name(wide.dtype()));
+}
+}  // namespace
+
+void gather_columns(const Tensor& x, const ColumnIndex& index, Tensor& y) {
+  const char* op = "gather_columns";
+  check_column_gather(op, x, "x", y, "y", index);
+  if (x.device().is_cpu()) {
+    expect_cpu_float(op, {x, "x"});
+    BB_DISPATCH_CPU(gather_columns, x, index, y);
+  }
+  BB_DISPATCH_CUDA(gather_columns, x, index, y);
+}
+
+void scatter_add_columns(const Tensor& dy, const ColumnIndex& index, Tensor& dx, bool accumulate) {
+  const char* op = "scatter_add_columns";
+  check_column_gather(op, dx, "dx", dy, "dy", index);
+  if (dy.device().is_cpu()) {
+    expect_cpu_float(op, {dy, "dy"});
+    BB_DISPATCH_CPU(scatter_add_columns, dy, index, dx, accumulate);
+  }
+  BB_DISPATCH_CUDA(scatter_add_columns, dy, index, dx, accumulate);
+}
+
 // ---- reductions ---------------------------------------------------------------------------
 
 double sum(const Tensor& x) {

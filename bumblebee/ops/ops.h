@@ -58,6 +58,30 @@ void add_(Tensor& acc, const Tensor& x, double alpha = 1.0);     // acc += alpha
 void scale_(Tensor& x, double s);                                // x *= s
 void mul(const Tensor& a, const Tensor& b, Tensor& out);         // out = a * b
 
+// ---- column gather ------------------------------------------------------------
+// A fixed gather of columns of a row-major matrix and its adjoint, for the
+// per-head splits and joins of multi-head latent attention:
+//   gather_columns:      y [N, out], y[:, j] = x[:, index[j]] of x [N, in];
+//   scatter_add_columns: dx [N, in] = (accumulate ? dx : 0) + G^T dy, i.e.
+//     dx[:, c] += the sum of dy[:, j] over the j with index[j] = c (ascending j).
+// An index may repeat (one input column broadcast to several outputs); the
+// scatter then sums without atomics through the inverse index, so CUDA runs
+// give the same bits every time. A ColumnIndex is built once on the host,
+// which checks every index against `in`, and lives on the device of the
+// tensors it indexes. CPU: x, y (dy, dx) one dtype, float32 or float64. CUDA:
+// one dtype, bfloat16, float16, float32 or float64 (a copy: exact; the
+// scatter sums in fp32, fp64 for float64).
+struct ColumnIndex {
+  int64_t in = 0;            // input columns
+  Tensor index;              // [out] int64: the input column of each output column
+  Tensor inverse_offsets;    // [in + 1] int64: input column c is read by ...
+  Tensor inverse_columns;    // [out] int64: ... output columns inverse_columns[offsets[c] .. offsets[c + 1])
+  int64_t out() const { return index.defined() ? index.size(0) : 0; }
+};
+ColumnIndex make_column_index(int64_t in, const std::vector<int64_t>& index, Device device);
+void gather_columns(const Tensor& x, const ColumnIndex& index, Tensor& y);
+void scatter_add_columns(const Tensor& dy, const ColumnIndex& index, Tensor& dx, bool accumulate);
+
 // ---- reductions (return to the host; each is one device sync) -----------------
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);   // sum of x^2, accumulated in double (CPU) or fp32 blocks + double (CUDA)

@@ -71,9 +71,9 @@ DType resolve_dtype(const std::string& name, Device dev) {
 void check_router_replay(const PackedBatch& data, RouterReplayMode mode, const ModelChunk::RouterShape& shape,
                          int cp) {
   BB_CHECK(shape.moe_layers > 0, "router_replay = ", data.router_replay, " needs a model with MoE layers");
-  // MoE models are refused under cp at build time; this keeps replay's per-token routes whole-sequence.
+  // Replay's routes are per token of the whole microbatch; cp would need them in each rank's zigzag order.
   BB_CHECK(cp == 1, "router replay needs backend.parallel.cp = 1 (routes are recorded per token of whole "
-           "sequences; MoE models do not run under context parallelism yet), got cp = ", cp);
+           "sequences, not split in the zigzag order of context parallelism), got cp = ", cp);
   if (mode == RouterReplayMode::Record) return;
   check_routed_experts(data.routed_experts, data.total_tokens(), shape.moe_layers, shape.top_k, shape.num_experts);
 }
@@ -217,13 +217,14 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
              model_cfg.value("model_type", std::string("?")), "' has none");
   }
   if (bcfg.parallel.cp > 1) {
-    // The MoE router statistics (aux loss, capacity) are per microbatch: under
-    // cp each rank would see only its chunks, so cp is for dense models.
+    // Routing per token runs under cp as the dense layers do; router losses
+    // or an expert capacity over the whole microbatch would see only this
+    // rank's chunks of it.
     for (auto& chunk : st->chunks)
-      for (const Parameter& prm : chunk->params().params())
-        BB_CHECK(prm.cls != ParamClass::Expert, "backend.parallel.cp = ", bcfg.parallel.cp,
-                 " > 1 is implemented for dense models; model '", model_cfg.value("model_type", std::string("?")),
-                 "' has experts");
+      BB_CHECK(!chunk->router_shape().microbatch_statistics, "backend.parallel.cp = ", bcfg.parallel.cp,
+               " > 1 splits each microbatch, but model '", model_cfg.value("model_type", std::string("?")),
+               "' has router statistics over the whole microbatch (a load-balancing loss, the z-loss or an expert "
+               "capacity); turn them off or use cp = 1");
   }
   // Each chunk loads only its own tensors; a tied embedding's copy on the
   // last stage loads (or initialises) to the same values as the first stage's.

@@ -227,6 +227,72 @@ void elementwise_cases(std::vector<Case>& cases) {
   }
 }
 
+// Column gathers as multi-head latent attention uses them (DeepSeek-V3's
+// dims), and an odd one with repeats; float64 runs on both sides in float64.
+void column_gather_cases(std::vector<Case>& cases) {
+  struct Gather {
+    const char* name;
+    int64_t rows, in;
+    std::vector<int64_t> index;
+  };
+  std::vector<int64_t> k_nope, k_rope_bcast, rope_deinterleave, odd;
+  for (int64_t h = 0; h < 16; ++h)
+    for (int64_t c = 0; c < 128; ++c) k_nope.push_back(h * 256 + c);
+  for (int64_t h = 0; h < 16; ++h)
+    for (int64_t c = 0; c < 64; ++c) k_rope_bcast.push_back(c);
+  for (int64_t j = 0; j < 64; ++j) rope_deinterleave.push_back(512 + (j < 32 ? 2 * j : 2 * (j - 32) + 1));
+  for (int64_t j = 0; j < 9; ++j) odd.push_back((j * 5) % 13 / 2);
+  const Gather gathers[] = {{"kv_b k_nope 16 heads", 300, 16 * 256, k_nope},
+                            {"k_rope to 16 heads", 257, 64, k_rope_bcast},
+                            {"kv_a rope de-interleave", 129, 576, rope_deinterleave},
+                            {"odd repeats", 37, 13, odd},
+                            {"no rows", 0, 13, odd}};
+  for (const Gather& g : gathers) {
+    for (DType dt : {DType::BF16, DType::F32, DType::F64}) {
+      const int64_t out = int64_t(g.index.size());
+      const std::string shape =
+          fmt("%s N=%lld in=%lld out=%lld %s", g.name, (long long)g.rows, (long long)g.in, (long long)out, short_name(dt));
+      // Float64 stays float64 on the CPU side too (the harness's pairs are float32 there).
+      auto input = [dt](Generator& gen, const Shape& shape) {
+        if (dt != DType::F64) return random_pair(gen, shape, dt);
+        Pair p;
+        std::vector<double> v(size_t(shape_numel(shape)));
+        for (double& x : v) x = gen.normal();
+        p.cpu = Tensor::from_doubles(v, shape, DType::F64);
+        p.gpu = p.cpu.to(Device::cuda(0));
+        return p;
+      };
+      auto output = [dt](const Shape& shape) {
+        if (dt != DType::F64) return output_pair(shape, dt);
+        Pair p{Tensor::empty(shape, DType::F64, Device::cuda(0)), Tensor::empty(shape, DType::F64)};
+        p.gpu.fill_(std::numeric_limits<double>::quiet_NaN());
+        p.cpu.fill_(std::numeric_limits<double>::quiet_NaN());
+        return p;
+      };
+      const double sum_bound = dt == DType::F64 ? 1e-15 : bound_for(dt);
+      cases.push_back({"gather_columns", shape, [=](Generator& gen) {
+                         const ops::ColumnIndex gpu = ops::make_column_index(g.in, g.index, Device::cuda(0));
+                         const ops::ColumnIndex cpu = ops::make_column_index(g.in, g.index, Device::cpu());
+                         Pair x = input(gen, {g.rows, g.in}), y = output({g.rows, out});
+                         cuda::gather_columns(x.gpu, gpu, y.gpu);
+                         ops::gather_columns(x.cpu, cpu, y.cpu);
+                         return std::vector<Check>{compare("y", y, 0.0)};  // a copy: exact
+                       }});
+      for (bool accumulate : {false, true}) {
+        cases.push_back({"scatter_add_columns", shape + (accumulate ? " dx+=" : " dx="), [=](Generator& gen) {
+                           const ops::ColumnIndex gpu = ops::make_column_index(g.in, g.index, Device::cuda(0));
+                           const ops::ColumnIndex cpu = ops::make_column_index(g.in, g.index, Device::cpu());
+                           Pair dy = input(gen, {g.rows, out});
+                           Pair dx = accumulate ? input(gen, {g.rows, g.in}) : output({g.rows, g.in});
+                           cuda::scatter_add_columns(dy.gpu, gpu, dx.gpu, accumulate);
+                           ops::scatter_add_columns(dy.cpu, cpu, dx.cpu, accumulate);
+                           return std::vector<Check>{compare("dx", dx, sum_bound)};
+                         }});
+      }
+    }
+  }
+}
+
 void reduce_cases(std::vector<Case>& cases) {
   for (int64_t n : {int64_t(1), int64_t(4096), int64_t(1000003)}) {
     for (DType dt : {DType::BF16, DType::F32}) {
@@ -1151,6 +1217,7 @@ std::vector<Case> all_cases() {
   partial_attention_cases(cases);
   moe_cases(cases);
   moe_router_cases(cases);
+  column_gather_cases(cases);
   return cases;
 }
 

@@ -326,12 +326,12 @@ std::vector<Row> rows() {
        kCorrectness + "backend.parallel.pp=4 num_microbatches=4", 1,
        "num_hidden_layers 2 cannot fill pp * vpp = 4 pipeline stages", 4},
       // Context parallelism where it cannot run: the ref backend (one rank), a
-      // model with experts, a world cp does not divide.
+      // MoE model with a load-balancing loss, a world cp does not divide.
       {"correctness_cp_with_ref_backend", "bb-correctness", kCorrectness + "backend=ref backend.parallel.cp=2", 1,
        "backend=ref runs on one rank; backend.parallel.tp (1) and cp (2) must be 1"},
       {"correctness_cp_with_experts", "bb-correctness",
        "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_moe_experts tokens={fx}/tokens.json "
-       "backend.parallel.cp=2", 1, "backend.parallel.cp = 2 > 1 is implemented for dense models", 2},
+       "backend.parallel.cp=2", 1, "has router statistics over the whole microbatch (a load-balancing loss", 2},
       {"correctness_cp_above_world_size", "bb-correctness", kCorrectness + "backend.parallel.cp=4", 1,
        "world size 2 is not divisible by tp*cp*pp = 4", 2},
       // MoE models (on every rank, no hang).

@@ -80,6 +80,42 @@ std::vector<Layout> layouts() {
 INSTANTIATE_TEST_SUITE_P(Layouts, DeepseekV3ParallelParity, ::testing::ValuesIn(layouts()),
                          [](const auto& info) { return info.param.fixture + "_" + info.param.name; });
 
+// Context parallelism: each sequence split over cp in zigzag order, ring
+// attention over MLA's [nope | rope] q/k and its own v head dim, rope at the
+// global positions; alone and with tp (heads split as well). A suite of its
+// own, with its own single-rank runs: the suite above removes its files when
+// it ends.
+class DeepseekV3ContextParallelParity : public DeepseekV3ParallelParity {
+ protected:
+  static void SetUpTestSuite() {
+    test::random_tokens_file("bb_dsv3_tokens", 11, 8, 9, 89);   // tokens()'s file again: same path and seed
+    fs::create_directories(tmp());
+  }
+};
+
+TEST_P(DeepseekV3ContextParallelParity, MatchesSingleRank) {
+  const Layout& l = GetParam();
+  static std::map<std::string, nlohmann::json> singles;
+  const fs::path single_dir = tmp() / ("cp_single_" + l.fixture);
+  if (!singles.count(l.fixture)) singles[l.fixture] = run(l.fixture, 1, "", single_dir);
+  const fs::path out = tmp() / (l.fixture + "_" + l.name);
+  const nlohmann::json par = run(l.fixture, l.ranks, l.args, out);
+  test::expect_same_run(par, singles[l.fixture], l.fixture + " " + l.name, 1e-10);
+  test::expect_same_params(out.string(), single_dir.string(), l.fixture + " " + l.name);
+}
+
+std::vector<Layout> context_parallel_layouts() {
+  std::vector<Layout> v;
+  for (const std::string f : {"deepseek_v3_mla", "deepseek_v3_qproj"}) {
+    v.push_back({f, "cp2", " backend.parallel.cp=2"});
+    v.push_back({f, "tp2_cp2", " backend.parallel.tp=2 backend.parallel.cp=2", 4});
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DeepseekV3ContextParallelParity, ::testing::ValuesIn(context_parallel_layouts()),
+                         [](const auto& info) { return info.param.fixture + "_" + info.param.name; });
+
 }  // namespace
 }  // namespace bb
 #endif

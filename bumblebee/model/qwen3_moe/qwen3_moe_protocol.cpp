@@ -51,7 +51,8 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
   spec.router_losses = {cfg.output_router_logits, parse_aux_loss_type(cfg.moe_aux_loss_type),
                         cfg.router_aux_loss_coef, cfg.router_z_loss_coef};
   spec.router_shape = {moe_layers, cfg.num_experts_per_tok, cfg.num_experts,
-                       spec.router_losses.aux && spec.router_losses.aux_type == AuxLossType::Hf};
+                       spec.router_losses.aux && spec.router_losses.aux_type == AuxLossType::Hf,
+                       spec.router_losses.aux || cfg.router_z_loss_coef > 0 || cfg.moe_expert_capacity_factor > 0};
   std::shared_ptr<ExpertBiasUpdate> bias_update;
   if (cfg.moe_router_bias_update_rate > 0) {
     bias_update = std::make_shared<ExpertBiasUpdate>(cfg.moe_router_bias_update_rate, pc.dp_cp());

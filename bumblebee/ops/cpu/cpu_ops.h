@@ -30,6 +30,10 @@ void add_(Tensor& acc, const Tensor& x, double alpha);
 void scale_(Tensor& x, double s);
 void mul(const Tensor& a, const Tensor& b, Tensor& out);
 
+// column_gather.cpp
+void gather_columns(const Tensor& x, const ops::ColumnIndex& index, Tensor& y);
+void scatter_add_columns(const Tensor& dy, const ops::ColumnIndex& index, Tensor& dx, bool accumulate);
+
 // reduce.cpp
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);

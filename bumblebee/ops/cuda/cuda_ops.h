@@ -8,7 +8,7 @@
 // work is queued on the backend's current stream; only the reductions that
 // return a number to the host synchronise.
 //
-// defined in: gemm.cu, grouped_gemm.cu, elementwise.cu, reduce.cu, embedding.cu, rmsnorm.cu,
+// defined in: gemm.cu, grouped_gemm.cu, elementwise.cu, column_gather.cu, reduce.cu, embedding.cu, rmsnorm.cu,
 // rope.cu, swiglu.cu, attention.cpp, cross_entropy.cu, entropy.cu, adamw.cu, moe_permute.cu, moe_router.cu
 #pragma once
 
@@ -45,6 +45,11 @@ void add(const Tensor& a, const Tensor& b, Tensor& out);
 void add_(Tensor& acc, const Tensor& x, double alpha = 1.0);
 void scale_(Tensor& x, double s);
 void mul(const Tensor& a, const Tensor& b, Tensor& out);
+
+// column_gather.cu. x, y (dy, dx) one dtype: bfloat16, float16, float32 or
+// float64; the index tensors int64 on the device (ops::make_column_index).
+void gather_columns(const Tensor& x, const ops::ColumnIndex& index, Tensor& y);
+void scatter_add_columns(const Tensor& dy, const ops::ColumnIndex& index, Tensor& dx, bool accumulate);
 
 // reduce.cu. Any floating dtype; each call synchronises once.
 double sum(const Tensor& x);

@@ -1,8 +1,7 @@
-// ColumnSelect as a GEMM with a 0/1 matrix.
+// ColumnSelect over ops::gather_columns / ops::scatter_add_columns.
 #include "bumblebee/primitive/modules/column_select.h"
 
 #include "bumblebee/core/error.h"
-#include "bumblebee/ops/ops.h"
 
 namespace bb {
 
@@ -12,25 +11,24 @@ ColumnSelect::ColumnSelect(int64_t in, std::vector<int64_t> index) : in_(in), in
   for (int64_t i : index_) BB_CHECK(i >= 0 && i < in, "ColumnSelect: column ", i, " outside [0, ", in, ")");
 }
 
-const Tensor& ColumnSelect::matrix_for(const Tensor& x) {
-  if (matrix_.defined() && matrix_.dtype() == x.dtype() && matrix_.device() == x.device()) return matrix_;
-  const int64_t n = out();
-  std::vector<double> m(size_t(in_ * n), 0.0);
-  for (int64_t j = 0; j < n; ++j) m[size_t(index_[size_t(j)] * n + j)] = 1.0;
-  matrix_ = Tensor::from_doubles(m, {in_, n}, x.dtype()).to(x.device());
-  return matrix_;
+const ops::ColumnIndex& ColumnSelect::index_on(Device device) {
+  if (!device_index_.index.defined() || device_index_.index.device() != device)
+    device_index_ = ops::make_column_index(in_, index_, device);
+  return device_index_;
 }
 
 Tensor ColumnSelect::forward(const Tensor& x) {
   BB_CHECK(x.dim() == 2 && x.size(1) == in_, "ColumnSelect: input ", shape_str(x.shape()), " must be [N, ", in_, "]");
   Tensor y = Tensor::empty({x.size(0), out()}, x.dtype(), x.device());
-  ops::matmul(x, false, matrix_for(x), false, y);
+  ops::gather_columns(x, index_on(x.device()), y);
   return y;
 }
 
 void ColumnSelect::backward(const Tensor& dy, Tensor& dx, bool accumulate) {
+  BB_CHECK(dy.dim() == 2 && dy.size(1) == out(), "ColumnSelect::backward: gradient ", shape_str(dy.shape()),
+           " must be [N, ", out(), "]");
   if (!accumulate) dx = Tensor::empty({dy.size(0), in_}, dy.dtype(), dy.device());
-  ops::matmul(dy, false, matrix_for(dy), true, dx, 1.0, accumulate ? 1.0 : 0.0);
+  ops::scatter_add_columns(dy, index_on(dy.device()), dx, accumulate);
 }
 
 std::vector<int64_t> block_columns(int64_t groups, int64_t block, int64_t begin, int64_t count) {

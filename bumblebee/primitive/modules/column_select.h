@@ -1,22 +1,21 @@
-// ColumnSelect: a fixed gather of columns, y[:, j] = x[:, index[j]], done as
-// one GEMM with a 0/1 matrix so that it runs on every backend with the op
-// surface as it is (tensors are row-major contiguous, and ops.h has no
-// strided column copy).
+// ColumnSelect: a fixed gather of columns, y[:, j] = x[:, index[j]], as
+// ops::gather_columns, and its backward, ops::scatter_add_columns (a copy
+// forward and a fixed-order sum backward: exact in every dtype, and the
+// same bits on every run where an index repeats).
 //
 // Multi-head latent attention needs it to split its projections per head
 // ([k_nope | v] of kv_b_proj, [q_nope | q_rope] of q_b_proj), to join
 // [nope | rope] again for the attention kernel, to broadcast the shared
-// k_rope to every head and to undo DeepSeek's interleaved rope layout. Each
-// output column has exactly one 1 in its column of the matrix, so the
-// product is exact in every dtype (one nonzero term, accumulated in fp32 or
-// better). The cost is rows x in x out multiply-adds; a fused column copy in
-// ops/ would remove it (docs/models.md, deepseek_v3).
+// k_rope to every head and to undo DeepSeek's interleaved rope layout. The
+// index is checked at construction and uploaded once, on the first call, to
+// the device of the tensors it selects from.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "bumblebee/core/tensor.h"
+#include "bumblebee/ops/ops.h"
 
 namespace bb {
 
@@ -34,8 +33,8 @@ class ColumnSelect {
  private:
   int64_t in_;
   std::vector<int64_t> index_;
-  Tensor matrix_;   // [in, out] in the dtype and on the device of the last call
-  const Tensor& matrix_for(const Tensor& x);
+  ops::ColumnIndex device_index_;   // index_ on the device of the last call
+  const ops::ColumnIndex& index_on(Device device);
 };
 
 // Columns [begin, begin + count) of each of `groups` consecutive blocks of

@@ -2,6 +2,7 @@
 #include "bumblebee/primitive/modules/mla_attention.h"
 
 #include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/parallel/ring_attention.h"
 
 namespace bb {
 
@@ -27,8 +28,6 @@ std::vector<int64_t> broadcast_columns(int64_t heads, int64_t dim) {
 int64_t local_heads(const MLAConfig& cfg, ParallelContext& pc) {
   BB_CHECK(cfg.num_heads % pc.tp().size() == 0, "num_attention_heads ", cfg.num_heads, " is not divisible by tp ",
            pc.tp().size());
-  BB_CHECK(pc.cp().size() == 1, "multi-head latent attention does not support context parallelism yet (cp = ",
-           pc.cp().size(), ")");
   BB_CHECK(cfg.kv_lora_rank > 0 && cfg.qk_nope_head_dim > 0 && cfg.v_head_dim > 0,
            "multi-head latent attention needs kv_lora_rank, qk_nope_head_dim and v_head_dim > 0");
   BB_CHECK(cfg.qk_rope_head_dim > 0 && cfg.qk_rope_head_dim % 2 == 0,
@@ -41,6 +40,7 @@ MLAttention::MLAttention(ParamStore& store, const std::string& prefix, const MLA
                          const Tensor& inv_freq)
     : cfg_(cfg),
       tp_(&pc.tp()),
+      cp_(&pc.cp()),
       heads_local_(local_heads(cfg, pc)),
       inv_freq_(inv_freq),
       sel_c_(cfg.kv_lora_rank + cfg.qk_rope_head_dim, iota_columns(0, cfg.kv_lora_rank)),
@@ -109,7 +109,12 @@ Tensor MLAttention::forward(const Tensor& x, const SequenceLayout& seq, std::uni
 
   s->out = Tensor::empty({T, Hl, Dv}, s->q.dtype(), s->q.device());
   s->lse = Tensor::empty({T, Hl}, stat_dtype(s->q.dtype()), s->q.device());
-  ops::attention_forward(s->q, s->k, s->v, seq.cu_seqlens, seq.max_seqlen, cfg_.softmax_scale, s->out, s->lse);
+  if (cp_->size() > 1) {
+    ring_attention_forward(s->q, s->k, s->v, {seq.cu_seqlens, seq.max_seqlen}, cfg_.softmax_scale, *cp_, s->out,
+                           s->lse);
+  } else {
+    ops::attention_forward(s->q, s->k, s->v, seq.cu_seqlens, seq.max_seqlen, cfg_.softmax_scale, s->out, s->lse);
+  }
   Tensor y = o_proj_->forward(s->out.view({T, Hl * Dv}));
   state = std::move(s);
   return y;
@@ -124,8 +129,13 @@ Tensor MLAttention::backward(const Tensor& dy, const SequenceLayout& seq, std::u
   Tensor dq = Tensor::empty(s.q.shape(), dy.dtype(), dy.device());
   Tensor dk = Tensor::empty(s.k.shape(), dy.dtype(), dy.device());
   Tensor dv = Tensor::empty(s.v.shape(), dy.dtype(), dy.device());
-  ops::attention_backward(d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.max_seqlen, cfg_.softmax_scale, dq,
-                          dk, dv);
+  if (cp_->size() > 1) {
+    ring_attention_backward(d_out, s.q, s.k, s.v, s.out, s.lse, {seq.cu_seqlens, seq.max_seqlen}, cfg_.softmax_scale,
+                            *cp_, dq, dk, dv);
+  } else {
+    ops::attention_backward(d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.max_seqlen, cfg_.softmax_scale,
+                            dq, dk, dv);
+  }
   const Tensor dq_heads = dq.view({T * Hl, Dqk}), dk_heads = dk.view({T * Hl, Dqk});
 
   // Through the rope parts: the shared k_rope sums its heads' gradients.

@@ -17,7 +17,12 @@
 // row-parallel; q_a_proj, kv_a_proj_with_mqa and both norms are replicated
 // and applied to the tp group's tokens on every rank (their gradients are
 // partial per rank, summed over tp with the other replicated parameters).
-// Column splits and joins are ColumnSelect GEMMs (column_select.h).
+// Context parallelism: the tokens are split over cp in zigzag order as for
+// SelfAttention (seq.cu_seqlens then holds one half's offsets, and
+// seq.position_ids the global positions rope needs), everything but the core
+// attention is per token, and the core attention is ring attention
+// (parallel/ring_attention.h), whose K/V carry the v head dim of their own.
+// Column splits and joins are ColumnSelect column copies (column_select.h).
 #pragma once
 
 #include <optional>
@@ -57,6 +62,7 @@ class MLAttention : public Block {
  private:
   MLAConfig cfg_;
   TensorParallel* tp_;
+  dist::Communicator* cp_;
   int64_t heads_local_;
   Parameter* q_a_proj_ = nullptr;
   std::optional<RMSNorm> q_a_layernorm_;
