@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
+
+#include "bumblebee/core/device_memory.h"
 
 namespace bb {
 
@@ -74,6 +77,10 @@ DistributedOptimizer::DistributedOptimizer(const std::vector<ParamStore*>& store
                                        flat.device());
     if (g.host.numel > 0 && !copies_) copies_ = std::make_unique<HostCopyStream>(flat.device());
   }
+  // On a GPU node the host step shares the cores with one rank per GPU; a
+  // CPU runtime's ops run on one thread, and so does its host part.
+  if (copies_ && !groups_.front().group->flat_params().device().is_cpu())
+    host_threads_ = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, cuda_device_count()));
   reload_master_from_params();
 }
 
@@ -271,8 +278,7 @@ OptimizerStepResult DistributedOptimizer::step(double lr) {
     for (size_t i = 0; i < groups_.size(); ++i) {
       HostOptimizerState& host = groups_[i].host;
       if (host.numel == 0) continue;
-      ops::adamw_step(host.master, host.grad, host.exp_avg, host.exp_avg_sq, hyperparameters(groups_[i]));
-      if (host.params.defined()) host.params.copy_from(host.master);
+      host_adamw_step(host, hyperparameters(groups_[i]), host_threads_);
       copies_->copy(param_shards[i].narrow(0, host.numel), host.params.defined() ? host.params : host.master);
     }
     copies_->compute_waits();

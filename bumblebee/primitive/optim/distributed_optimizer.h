@@ -112,6 +112,7 @@ class DistributedOptimizer {
   AdamWConfig cfg_;
   std::vector<GroupState> groups_;
   std::unique_ptr<HostCopyStream> copies_;   // when some group has a host part
+  int host_threads_ = 1;                     // for the host part's AdamW
   int64_t step_ = 0;
 };
 

@@ -1,6 +1,9 @@
 // Optimizer-state offload: choosing each group's host prefix, and its buffers.
 #include "bumblebee/primitive/optim/optimizer_offload.h"
 
+#include <algorithm>
+#include <thread>
+
 namespace bb {
 
 size_t HostOptimizerState::state_bytes() const {
@@ -32,6 +35,37 @@ std::vector<int64_t> host_prefix_lengths(const std::vector<std::vector<int64_t>>
       out[i] = end;
     }
   return out;
+}
+
+void host_adamw_step(HostOptimizerState& s, const ops::AdamWParams& hp, int threads) {
+  // Below this many elements a range per thread costs more than it saves.
+  constexpr int64_t kMinPerThread = int64_t(1) << 18;
+  const int64_t n = s.numel;
+  const int64_t ranges = std::clamp<int64_t>(n / kMinPerThread, 1, std::max(threads, 1));
+  auto step_range = [&](int64_t begin, int64_t len) {
+    Tensor master = s.master.narrow(begin, len), m = s.exp_avg.narrow(begin, len), v = s.exp_avg_sq.narrow(begin, len);
+    ops::adamw_step(master, s.grad.narrow(begin, len), m, v, hp);
+    if (s.params.defined()) s.params.narrow(begin, len).copy_from(master);
+  };
+  if (ranges == 1) {
+    step_range(0, n);
+    return;
+  }
+  const int64_t per = (n + ranges - 1) / ranges;
+  std::vector<std::thread> workers;
+  std::vector<std::exception_ptr> errors(size_t(ranges));
+  for (int64_t r = 0; r < ranges; ++r)
+    workers.emplace_back([&, r] {
+      try {
+        const int64_t begin = r * per;
+        step_range(begin, std::min(per, n - begin));
+      } catch (...) {
+        errors[size_t(r)] = std::current_exception();
+      }
+    });
+  for (std::thread& w : workers) w.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 namespace {

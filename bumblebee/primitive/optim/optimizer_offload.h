@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bumblebee/core/tensor.h"
+#include "bumblebee/ops/ops.h"
 
 namespace bb {
 
@@ -35,6 +36,12 @@ struct HostOptimizerState {
 // [0, 1]: 0 keeps everything on the device, 1 moves everything.
 std::vector<int64_t> host_prefix_lengths(const std::vector<std::vector<int64_t>>& piece_ends,
                                          const std::vector<int64_t>& bytes_per_element, double fraction);
+
+// One AdamW step of the host part on its gradients (the CPU op, so the
+// update is the device-free path's bit for bit), then the new master weights
+// cast into `params` when that is defined. Elementwise, so it runs on up to
+// `threads` host threads over disjoint ranges without changing a bit.
+void host_adamw_step(HostOptimizerState& s, const ops::AdamWParams& hp, int threads);
 
 // The host buffers of a prefix of `numel` elements: pinned when the state's
 // home is a GPU, so the copies run at bus speed beside the device's work.

@@ -2,6 +2,8 @@
 // prefix of each group's shard, chosen by whole pieces in buffer order.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "bumblebee/primitive/optim/optimizer_offload.h"
 
 namespace bb {
@@ -45,6 +47,33 @@ TEST(OptimizerOffload, HostBuffersHoldTheMasterDtypeAndStageTheParameterDtype) {
   EXPECT_EQ(s.staging_bytes(), 8u * 4 + 8 * 2);
   EXPECT_FALSE(make_host_optimizer_state(8, DType::F64, DType::F64, DType::F64, Device::cpu()).params.defined());
   EXPECT_THROW(make_host_optimizer_state(8, DType::F32, DType::BF16, DType::BF16, Device::cpu()), Error);
+}
+
+TEST(OptimizerOffload, HostStepOnSeveralThreadsIsTheSingleThreadedStepBitForBit) {
+  const int64_t n = (int64_t(1) << 20) + 37;   // four ranges of the threaded path, the last one short
+  auto state = [&] {
+    HostOptimizerState s = make_host_optimizer_state(n, DType::F32, DType::F32, DType::BF16, Device::cpu());
+    std::vector<double> w(size_t(n)), g(size_t(n));
+    for (int64_t i = 0; i < n; ++i) {
+      w[size_t(i)] = 0.01 * std::sin(double(i));
+      g[size_t(i)] = std::cos(0.3 * double(i));
+    }
+    s.master.copy_from(Tensor::from_doubles(w, {n}, DType::F32));
+    s.grad.copy_from(Tensor::from_doubles(g, {n}, DType::F32));
+    return s;
+  };
+  HostOptimizerState one = state(), four = state();
+  ops::AdamWParams hp;
+  hp.grad_scale = 0.5;
+  for (int64_t step = 1; step <= 2; ++step) {
+    hp.step = step;
+    host_adamw_step(one, hp, 1);
+    host_adamw_step(four, hp, 4);
+  }
+  for (auto [a, b] : {std::pair{&one.master, &four.master}, {&one.exp_avg, &four.exp_avg},
+                      {&one.exp_avg_sq, &four.exp_avg_sq}, {&one.params, &four.params}})
+    EXPECT_EQ(a->to_doubles(), b->to_doubles());
+  EXPECT_NE(one.params.to_doubles()[1], 0.0);
 }
 
 }  // namespace
