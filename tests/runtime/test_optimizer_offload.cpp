@@ -3,7 +3,8 @@
 // AdamW, so f in {0, 0.5, 1} gives the same losses, weights and optimizer
 // state bit for bit (float64 and float32); checkpoints written at one f load
 // at another; the memory breakdown reports the host part on its own; a
-// fraction outside [0, 1] is an error naming the key. (dp = 2 with the
+// fraction outside [0, 1] is an error naming the key; Runtime::to's offload
+// round trip moves the device part and leaves training unchanged. (dp = 2 with the
 // distributed optimizer: tests/mpi/test_optimizer_offload_mpi.cpp.)
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 
 #include "bumblebee/runtime/memory_breakdown.h"
 #include "bumblebee/runtime/model_state.h"
+#include "bumblebee/runtime/offload.h"
 #include "bumblebee/runtime/runtime.h"
 #include "tests/model/hf_fixture.h"
 
@@ -130,6 +132,19 @@ TEST(OptimizerOffload, CheckpointsLoadAcrossFractions) {
     }
   }
   fs::remove_all(dir);
+}
+
+TEST(OptimizerOffload, RuntimeOffloadRoundTripKeepsTrainingBitIdentical) {
+  Run plain = make_run("float32", 0.0), moved = make_run("float32", 0.5);
+  train_steps(plain, 3);
+  train_steps(moved, 1);
+  const void* host_master = moved.h.optimizer().groups().front().host.master.raw();
+  offload_to_host(moved.h.state(), OffloadParts{}, Device::cpu());
+  reload_to_device(moved.h.state(), OffloadParts{}, Device::cpu());
+  // The host part is not moved: it lives on the host already.
+  EXPECT_EQ(moved.h.optimizer().groups().front().host.master.raw(), host_master);
+  train_steps(moved, 2);
+  EXPECT_EQ(training_state(moved), training_state(plain));
 }
 
 TEST(OptimizerOffload, AFractionOutsideZeroToOneIsAnErrorNamingTheKey) {
