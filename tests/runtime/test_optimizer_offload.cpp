@@ -8,6 +8,7 @@
 // distributed optimizer: tests/mpi/test_optimizer_offload_mpi.cpp.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <unistd.h>
 
