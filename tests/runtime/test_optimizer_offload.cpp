@@ -23,12 +23,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct OffloadRun {
   std::unique_ptr<Runtime> rt;
   ModelHandle h;
 };
 
-Run make_run(const std::string& dtype, double fraction) {
+OffloadRun make_run(const std::string& dtype, double fraction) {
   RuntimeConfig cfg;
   cfg.hf_path = test::fixture_dir("llama3_gqa");
   cfg.backend_cfg.dtype = dtype;
@@ -36,13 +36,13 @@ Run make_run(const std::string& dtype, double fraction) {
   cfg.backend_cfg.optimizer.clip_grad = 0.5;   // clipping on: the host part must use the global norm
   cfg.backend_cfg.optimizer.no_weight_decay_1d = true;   // two groups, each with its own host prefix
   cfg.backend_cfg.optimizer.offload_fraction = fraction;
-  Run r;
+  OffloadRun r;
   r.rt = create_runtime(cfg);
   r.h = r.rt->build_model();
   return r;
 }
 
-std::vector<double> train_steps(Run& r, int steps) {
+std::vector<double> train_steps(OffloadRun& r, int steps) {
   const PackedBatch batch = test::fixture_batch("llama3_gqa");
   auto mode = r.rt->train_mode(r.h);
   std::vector<double> losses;
@@ -56,7 +56,7 @@ std::vector<double> train_steps(Run& r, int steps) {
 }
 
 // The weights, and the whole optimizer state of every group (host and device parts together).
-std::vector<std::vector<double>> training_state(Run& r) {
+std::vector<std::vector<double>> training_state(OffloadRun& r) {
   std::vector<std::vector<double>> out;
   for (Parameter& p : r.h.model().params().params()) out.push_back(p.value.to_doubles());
   DistributedOptimizer& opt = r.h.optimizer();
@@ -67,7 +67,7 @@ std::vector<std::vector<double>> training_state(Run& r) {
   return out;
 }
 
-int64_t host_numel(Run& r) {
+int64_t host_numel(OffloadRun& r) {
   int64_t n = 0;
   for (const DistributedOptimizer::GroupState& g : r.h.optimizer().groups()) n += g.host.numel;
   return n;
@@ -75,10 +75,10 @@ int64_t host_numel(Run& r) {
 
 TEST(OptimizerOffload, FractionsGiveBitIdenticalTraining) {
   for (const char* dtype : {"float64", "float32"}) {
-    Run plain = make_run(dtype, 0.0);
+    OffloadRun plain = make_run(dtype, 0.0);
     const std::vector<double> losses = train_steps(plain, 3);
     for (double f : {0.5, 1.0}) {
-      Run hybrid = make_run(dtype, f);
+      OffloadRun hybrid = make_run(dtype, f);
       EXPECT_GT(host_numel(hybrid), 0) << f;
       EXPECT_EQ(train_steps(hybrid, 3), losses) << dtype << " f=" << f;
       EXPECT_EQ(training_state(hybrid), training_state(plain)) << dtype << " f=" << f;
@@ -87,7 +87,7 @@ TEST(OptimizerOffload, FractionsGiveBitIdenticalTraining) {
 }
 
 TEST(OptimizerOffload, HalfKeepsAboutHalfOnTheHostAndOneKeepsNothingOnTheDevice) {
-  Run half = make_run("float32", 0.5), all = make_run("float32", 1.0);
+  OffloadRun half = make_run("float32", 0.5), all = make_run("float32", 1.0);
   int64_t shard = 0, on_device = 0;
   for (const DistributedOptimizer::GroupState& g : all.h.optimizer().groups()) {
     shard += g.reducer->shard_numel();
@@ -103,7 +103,7 @@ TEST(OptimizerOffload, HalfKeepsAboutHalfOnTheHostAndOneKeepsNothingOnTheDevice)
 }
 
 TEST(OptimizerOffload, MemoryBreakdownReportsTheHostPartSeparately) {
-  Run all = make_run("float32", 1.0);
+  OffloadRun all = make_run("float32", 1.0);
   train_steps(all, 1);
   const MemoryBreakdown m = memory_breakdown(all.h);
   EXPECT_EQ(m.moments, 0u);
@@ -120,13 +120,13 @@ TEST(OptimizerOffload, MemoryBreakdownReportsTheHostPartSeparately) {
 TEST(OptimizerOffload, CheckpointsLoadAcrossFractions) {
   const fs::path dir = fs::temp_directory_path() / ("bb_optoff_" + std::to_string(::getpid()));
   for (const char* dtype : {"float64", "float32"}) {
-    Run plain = make_run(dtype, 0.0);
+    OffloadRun plain = make_run(dtype, 0.0);
     train_steps(plain, 3);
     for (auto [save_f, load_f] : {std::pair{0.5, 0.0}, {0.0, 1.0}, {1.0, 0.5}}) {
-      Run writer = make_run(dtype, save_f);
+      OffloadRun writer = make_run(dtype, save_f);
       train_steps(writer, 2);
       writer.rt->save_checkpoint(writer.h, dir.string());
-      Run reader = make_run(dtype, load_f);
+      OffloadRun reader = make_run(dtype, load_f);
       EXPECT_EQ(reader.rt->load_checkpoint(reader.h, dir.string()), 2);
       train_steps(reader, 1);
       EXPECT_EQ(training_state(reader), training_state(plain)) << dtype << " " << save_f << " -> " << load_f;
@@ -136,7 +136,7 @@ TEST(OptimizerOffload, CheckpointsLoadAcrossFractions) {
 }
 
 TEST(OptimizerOffload, RuntimeOffloadRoundTripKeepsTrainingBitIdentical) {
-  Run plain = make_run("float32", 0.0), moved = make_run("float32", 0.5);
+  OffloadRun plain = make_run("float32", 0.0), moved = make_run("float32", 0.5);
   train_steps(plain, 3);
   train_steps(moved, 1);
   const void* host_master = moved.h.optimizer().groups().front().host.master.raw();

@@ -2,6 +2,7 @@
 #include "bumblebee/primitive/optim/optimizer_offload.h"
 
 #include <algorithm>
+#include <exception>
 #include <thread>
 
 namespace bb {
@@ -53,7 +54,7 @@ void host_adamw_step(HostOptimizerState& s, const ops::AdamWParams& hp, int thre
   }
   const int64_t per = (n + ranges - 1) / ranges;
   std::vector<std::thread> workers;
-  std::vector<std::exception_ptr> errors(size_t(ranges));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(ranges));
   for (int64_t r = 0; r < ranges; ++r)
     workers.emplace_back([&, r] {
       try {

@@ -53,7 +53,7 @@ TEST(OptimizerOffload, HostStepOnSeveralThreadsIsTheSingleThreadedStepBitForBit)
   const int64_t n = (int64_t(1) << 20) + 37;   // four ranges of the threaded path, the last one short
   auto state = [&] {
     HostOptimizerState s = make_host_optimizer_state(n, DType::F32, DType::F32, DType::BF16, Device::cpu());
-    std::vector<double> w(size_t(n)), g(size_t(n));
+    std::vector<double> w(static_cast<size_t>(n)), g(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       w[size_t(i)] = 0.01 * std::sin(double(i));
       g[size_t(i)] = std::cos(0.3 * double(i));
