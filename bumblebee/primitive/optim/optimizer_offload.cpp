@@ -5,6 +5,8 @@
 #include <exception>
 #include <thread>
 
+#include "bumblebee/ops/op_profile.h"
+
 namespace bb {
 
 size_t HostOptimizerState::state_bytes() const {
@@ -52,6 +54,11 @@ void host_adamw_step(HostOptimizerState& s, const ops::AdamWParams& hp, int thre
     step_range(0, n);
     return;
   }
+  // The op profile is not thread-safe: the step is one record, timed here,
+  // and the workers' ops record nothing.
+  ops::profile::Scope scope(Device::cpu(), "adamw_step host");
+  const bool profiling = ops::profile::enabled();
+  ops::profile::set_enabled(false);
   const int64_t per = (n + ranges - 1) / ranges;
   std::vector<std::thread> workers;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(ranges));
@@ -65,6 +72,7 @@ void host_adamw_step(HostOptimizerState& s, const ops::AdamWParams& hp, int thre
       }
     });
   for (std::thread& w : workers) w.join();
+  ops::profile::set_enabled(profiling);
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
 }
