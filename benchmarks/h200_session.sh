@@ -34,6 +34,9 @@
 #             tokens/s, trained tokens and peak memory (final_metrics.json) into results.jsonl
 #   offload   bb-bench on the Qwen3-1.7B architecture, then its state offloaded to pinned host memory and
 #             back (Runtime::to): seconds each way and the driver's free device memory before and after
+#   optoff    optimizer-state offload (optimizer.offload_fraction): bb-bench on the Qwen3-1.7B architecture at
+#             f = 0, 0.5, 1 (OFFLOAD_FRACTIONS picks), seq 4096, 2 x 4 microbatches: tokens/s, step_ms, the
+#             device peak and the host-resident optimizer state, one results.jsonl line each
 #   export    Python export_weights (benchmarks/export_weights_bench.py): the Qwen3-1.7B architecture (random
 #             init, bf16) streamed in 512 MiB buckets to host numpy and, with torch, to tensors on the same GPU;
 #             seconds and GB/s into results.jsonl. Builds the _bumblebee module for python3, which needs
@@ -48,7 +51,7 @@
 #   curves    50-step bf16 loss curves of the parity model: one GPU, tp=2, dp=2 (and HF's)
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
-# Stages bench, offload, moe_bench, longctx, sft, export, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
+# Stages bench, offload, optoff, moe_bench, longctx, sft, export, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
 # peers and baseline alone skip building bb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -155,6 +158,16 @@ PY
       python3 -c "import json, sys; print('offload', json.dumps(json.load(open(sys.argv[1]))['offload']))" \
         "$LOGS/offload_qwen3-1.7b.json" 2>/dev/null || tail -5 "$LOGS/offload_qwen3-1.7b.log"
       record_json "$LOGS/offload_qwen3-1.7b.json" bb ;;
+    optoff)
+      for f in ${OFFLOAD_FRACTIONS:-0 0.5 1}; do
+        timeout 400 $bin/bb-bench hf_path=configs/qwen3-1.7b backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 \
+          bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 optimizer.offload_fraction=$f \
+          output_json="$LOGS/optoff_$f.json" > "$LOGS/optoff_$f.log" 2>&1; echo "offload_fraction $f: exit $?"
+        grep -E "^step" "$LOGS/optoff_$f.log" | tail -1; grep -E "^(host )?memory" "$LOGS/optoff_$f.log"
+        python3 -c "import json, sys; j = json.load(open(sys.argv[1])); m = j['memory']; print('optoff f=%s tok/s %.0f step_ms %.1f device peak %.2f GiB host state %.2f GiB' % (sys.argv[2], j['tok_per_s'], j['avg_step_ms'], j['peak_mem_gb'], m['host_master_gb'] + m['host_moments_gb'] + m['host_staging_gb']))" \
+          "$LOGS/optoff_$f.json" "$f" 2>/dev/null || tail -5 "$LOGS/optoff_$f.log"
+        record_json "$LOGS/optoff_$f.json" bb
+      done ;;
     bench)
       for m in ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b}; do
         for rc in ${BB_RECOMPUTE:-none}; do

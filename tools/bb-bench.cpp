@@ -229,6 +229,7 @@ int run(int argc, char** argv) {
       {"micro_batch_size", mbs}, {"num_layers", h.config()["num_layers"]}, {"recompute", b.recompute},
       {"recompute_modules", b.recompute_modules}, {"recompute_method", b.recompute_method},
       {"recompute_num_layers", b.recompute_num_layers}, {"fp32_residual_connection", b.fp32_residual_connection},
+      {"offload_fraction", b.optimizer.offload_fraction},
       {"avg_step_ms", avg}, {"peak_mem_gb", peak_gb}, {"tok_per_s", double(tokens_per_step) / (avg * 1e-3)},
       {"tok_per_s_per_gpu", double(tokens_per_step) / (avg * 1e-3) / world},
       {"tflops_per_gpu", flops_per_step / world / (avg * 1e-3) / 1e12},
@@ -241,6 +242,10 @@ int run(int argc, char** argv) {
                 "peak %.2f\n", m["weights_gb"].get<double>(), m["grads_gb"].get<double>(), m["master_gb"].get<double>(),
                 m["moments_gb"].get<double>(), m["other_static_gb"].get<double>(),
                 m["activations_and_workspace_gb"].get<double>(), m["peak_gb"].get<double>());
+    if (b.optimizer.offload_fraction > 0)
+      std::printf("host memory (GiB, optimizer.offload_fraction %g): master %.2f moments %.2f staging %.2f\n",
+                  b.optimizer.offload_fraction, m["host_master_gb"].get<double>(), m["host_moments_gb"].get<double>(),
+                  m["host_staging_gb"].get<double>());
   }
   if (profile_steps > 0) summary["profile"] = profile(timed_step, profile_steps, root);
   if (args.flag("bench.offload")) summary["offload"] = offload_round_trip(*rt, h, timed_step);

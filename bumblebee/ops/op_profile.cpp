@@ -37,7 +37,7 @@ std::string group_of(const std::string& op) {
   if (starts_with(op, "rmsnorm")) return "norm";
   if (starts_with(op, "logits_") || starts_with(op, "cross_entropy") || starts_with(op, "entropy")) return "cross entropy";
   if (starts_with(op, "embedding")) return "embedding";
-  if (op == "adamw_step" || op == "sum_squares" || op == "count_zeros" || op == "all_finite" || op == "sum")
+  if (starts_with(op, "adamw_step") || op == "sum_squares" || op == "count_zeros" || op == "all_finite" || op == "sum")
     return "optimizer";
   return "elementwise";   // swiglu, rope, add, add_, mul, scale_
 }

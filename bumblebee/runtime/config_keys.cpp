@@ -259,7 +259,7 @@ void ConfigSchema::add_runtime_keys() {
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).adam_eps = v; })
           .above(0.0));
   add(key("optimizer.offload_fraction", g, T::Float, o.offload_fraction,
-          "optimizer state offloaded to the host (not implemented yet: keep 0)",
+          "fraction of the optimizer state (fp32 master, Adam moments) kept and stepped on the host",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).offload_fraction = v; })
           .in_float_range(0.0, 1.0));
   add(key("optimizer.grad_bucket_size", g, T::Int, o.grad_bucket_size,

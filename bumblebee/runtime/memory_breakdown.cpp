@@ -25,16 +25,23 @@ MemoryBreakdown memory_breakdown(const ModelHandle& h) {
   for (const DistributedOptimizer::GroupState& g : h.optimizer().groups()) {
     if (!g.master_is_param) m.master += bytes_of(g.master);
     m.moments += bytes_of(g.exp_avg) + bytes_of(g.exp_avg_sq);
+    m.host_master += bytes_of(g.host.master);
+    m.host_moments += bytes_of(g.host.exp_avg) + bytes_of(g.host.exp_avg_sq);
+    m.host_staging += g.host.staging_bytes();
   }
+  m.host_is_device = Device::parse(h.state().cfg.device).is_cpu();
   return m;
 }
 
 nlohmann::json memory_breakdown_json(const MemoryBreakdown& m, size_t in_use_before_step, size_t peak) {
-  const size_t other = in_use_before_step - std::min(in_use_before_step, m.total());
+  const size_t held = m.total() + (m.host_is_device ? m.host_total() : 0);
+  const size_t other = in_use_before_step - std::min(in_use_before_step, held);
   const size_t step = peak - std::min(peak, in_use_before_step);
   return {{"weights_gb", gib(m.weights)}, {"grads_gb", gib(m.grads)}, {"master_gb", gib(m.master)},
           {"moments_gb", gib(m.moments)}, {"other_static_gb", gib(other)},
-          {"activations_and_workspace_gb", gib(step)}, {"peak_gb", gib(peak)}};
+          {"activations_and_workspace_gb", gib(step)}, {"peak_gb", gib(peak)},
+          {"host_master_gb", gib(m.host_master)}, {"host_moments_gb", gib(m.host_moments)},
+          {"host_staging_gb", gib(m.host_staging)}};
 }
 
 }  // namespace bb

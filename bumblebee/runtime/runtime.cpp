@@ -246,13 +246,15 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   }
 
   const OptimizerConfig& o = bcfg.optimizer;
-  BB_CHECK(o.offload_fraction == 0.0, "optimizer.offload_fraction is not implemented yet");
+  BB_CHECK(o.offload_fraction >= 0.0 && o.offload_fraction <= 1.0, "optimizer.offload_fraction must lie in [0, 1], got ",
+           o.offload_fraction);
   AdamWConfig ac;
   ac.beta1 = o.adam_beta1;
   ac.beta2 = o.adam_beta2;
   ac.eps = o.adam_eps;
   ac.weight_decay = o.weight_decay;
   ac.clip_grad = o.clip_grad;
+  ac.offload_fraction = o.offload_fraction;
   std::vector<ParamStore*> stores;
   std::vector<const Parameter*> tied_copies;   // counted in the grad norm by the first stage
   for (auto& chunk : st->chunks) {

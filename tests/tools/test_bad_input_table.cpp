@@ -193,6 +193,10 @@ std::vector<Row> rows() {
       {"correctness_steps_negative", "bb-correctness", kCorrectness + "steps=-1", 1,
        "key 'steps': '-1' is out of range (needs steps >= 0)"},
       {"bench_steps_zero", "bb-bench", kBench + "bench.steps=0", 1, "bench.steps >= 1"},
+      {"bench_offload_fraction_negative", "bb-bench", kBench + "optimizer.offload_fraction=-0.5", 1,
+       "needs 0 <= optimizer.offload_fraction <= 1"},
+      {"bench_offload_fraction_above_one", "bb-bench", kBench + "optimizer.offload_fraction=1.5", 1,
+       "needs 0 <= optimizer.offload_fraction <= 1"},
       {"data_workers_zero", "bb-data", kPreprocess + "workers=0", 1, "workers >= 1"},
 
       // A directory where a file is expected names the path and what it is for.

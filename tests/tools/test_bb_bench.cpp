@@ -66,6 +66,27 @@ TEST(BBBench, MemoryBreakdownAddsUpToThePeak) {
   EXPECT_NEAR(sum, m["peak_gb"].get<double>(), 1e-12);
 }
 
+TEST(BBBench, OffloadedOptimizerStateIsReportedAsHostMemory) {
+  const std::string dir = test::fixture_dir("qwen3_gqa");
+  const test::ToolResult r = test::run_command(test::tool("bb-bench") + " hf_path=" + dir +
+                                               " bench.seq_len=16 bench.steps=1 bench.warmup=0 optimizer.offload_fraction=1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("host memory (GiB, optimizer.offload_fraction 1): master"), std::string::npos) << r.out;
+  const nlohmann::json j = test::last_json_line(r.out);
+  EXPECT_EQ(j["offload_fraction"].get<double>(), 1.0);
+  const nlohmann::json& m = j["memory"];
+  const double w = m["weights_gb"].get<double>();
+  EXPECT_EQ(m["moments_gb"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(m["host_moments_gb"].get<double>(), 2 * w);
+  EXPECT_DOUBLE_EQ(m["host_master_gb"].get<double>(), w);
+  // A CPU runtime: the host part is in the same pool, so the categories and it make up the peak.
+  double sum = 0;
+  for (const char* k : {"weights_gb", "grads_gb", "master_gb", "moments_gb", "other_static_gb",
+                        "activations_and_workspace_gb", "host_master_gb", "host_moments_gb", "host_staging_gb"})
+    sum += m[k].get<double>();
+  EXPECT_NEAR(sum, m["peak_gb"].get<double>(), 1e-12);
+}
+
 TEST(BBBench, RejectsNegativeProfileSteps) {
   const std::string dir = test::fixture_dir("qwen3_gqa");
   const test::ToolResult r = test::run_command(test::tool("bb-bench") + " hf_path=" + dir + " bench.profile_steps=-1");

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
+
+#include "bumblebee/core/device_memory.h"
 
 namespace bb {
 
@@ -25,6 +28,8 @@ DistributedOptimizer::DistributedOptimizer(const std::vector<ParamStore*>& store
   std::vector<std::pair<int, ParamGroup*>> all_groups;   // (store index, group), in store then group order
   for (size_t si = 0; si < stores.size(); ++si)
     for (auto& group : stores[si]->groups()) all_groups.emplace_back(int(si), group.get());
+  std::vector<std::vector<int64_t>> piece_ends;   // per group, in shard order (optimizer_offload.h)
+  std::vector<int64_t> bytes_per_element;
   for (const auto& [store_index, group] : all_groups) {
     if (!group->trainable()) continue;
     GroupState g;
@@ -38,23 +43,44 @@ DistributedOptimizer::DistributedOptimizer(const std::vector<ParamStore*>& store
     const DType pdt = group->flat_params().dtype();
     const DType master_dt = pdt == DType::F64 ? DType::F64 : DType::F32;
     g.master_is_param = g.comm->size() == 1 && master_dt == pdt;
-    const Device dev = group->flat_params().device();
-    g.master = g.master_is_param ? group->flat_params() : Tensor::empty({shard_len}, master_dt, dev);
-    g.exp_avg = Tensor::zeros({shard_len}, master_dt, dev);
-    g.exp_avg_sq = Tensor::zeros({shard_len}, master_dt, dev);
     g.padding_in_shard = shard_len;
+    std::vector<int64_t> ends;
     for (const GradReducer::Slice& s : g.reducer->slices()) {
+      const int64_t to_shard = s.shard_begin - s.flat_begin;
       for (const Parameter* p : group->params()) {
         const int64_t b = std::max(p->offset, s.flat_begin);
         const int64_t e = std::min(p->offset + shape_numel(p->local_shape), s.flat_begin + s.numel);
         if (b >= e) continue;
         g.padding_in_shard -= e - b;
-        const int64_t to_shard = s.shard_begin - s.flat_begin;
+        ends.push_back(e + to_shard);
         if (not_counted_here(p)) g.replicated_ranges.emplace_back(b + to_shard, e + to_shard);
       }
+      ends.push_back(s.shard_begin + s.numel);
     }
+    std::sort(ends.begin(), ends.end());
+    ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+    piece_ends.push_back(std::move(ends));
+    // The host keeps its own master copy even when the device's is the parameters.
+    bytes_per_element.push_back(3 * int64_t(dtype_size(master_dt)));
     groups_.push_back(std::move(g));
   }
+  const std::vector<int64_t> on_host = host_prefix_lengths(piece_ends, bytes_per_element, cfg.offload_fraction);
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    GroupState& g = groups_[i];
+    const Tensor& flat = g.group->flat_params();
+    const DType master_dt = flat.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    const int64_t on_device = g.reducer->shard_numel() - on_host[i];
+    g.master = g.master_is_param ? flat : Tensor::empty({on_device}, master_dt, flat.device());
+    g.exp_avg = Tensor::zeros({on_device}, master_dt, flat.device());
+    g.exp_avg_sq = Tensor::zeros({on_device}, master_dt, flat.device());
+    g.host = make_host_optimizer_state(on_host[i], master_dt, g.group->flat_grads().dtype(), flat.dtype(),
+                                       flat.device());
+    if (g.host.numel > 0 && !copies_) copies_ = std::make_unique<HostCopyStream>(flat.device());
+  }
+  // On a GPU node the host step shares the cores with one rank per GPU; a
+  // CPU runtime's ops run on one thread, and so does its host part.
+  if (copies_ && !groups_.front().group->flat_params().device().is_cpu())
+    host_threads_ = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, cuda_device_count()));
   reload_master_from_params();
 }
 
@@ -74,23 +100,64 @@ std::vector<Tensor> DistributedOptimizer::grad_shards() const {
   return out;
 }
 
-void DistributedOptimizer::reload_master_from_params() {
-  for (GroupState& g : groups_) {
-    if (g.master_is_param) continue;
-    for (const GradReducer::Slice& s : g.reducer->slices())
-      g.master.narrow(s.shard_begin, s.numel).copy_from(g.group->flat_params().narrow(s.flat_begin, s.numel));
-  }
+namespace {
+using State = DistributedOptimizer::State;
+using GroupState = DistributedOptimizer::GroupState;
+
+Tensor& state_of(GroupState& g, State which) {
+  return which == State::Master ? g.master : which == State::ExpAvg ? g.exp_avg : g.exp_avg_sq;
 }
 
-namespace {
-Tensor& state_of(DistributedOptimizer::GroupState& g, DistributedOptimizer::State which) {
-  using State = DistributedOptimizer::State;
-  return which == State::Master ? g.master : which == State::ExpAvg ? g.exp_avg : g.exp_avg_sq;
+Tensor& host_state_of(GroupState& g, State which) {
+  return which == State::Master ? g.host.master : which == State::ExpAvg ? g.host.exp_avg : g.host.exp_avg_sq;
+}
+
+// Shard elements [host.numel, shard_len) of `which`: what steps on the device.
+Tensor device_part(GroupState& g, State which) {
+  Tensor& t = state_of(g, which);
+  if (which == State::Master && g.master_is_param) return t.narrow(g.host.numel, t.numel() - g.host.numel);
+  return t;
+}
+
+// Shard elements [begin, begin + src.numel()) of `which` <- src, split
+// between the host prefix and the device part. A master that is the
+// parameters takes the host range too, so the weights stay the master's.
+void write_shard(GroupState& g, State which, int64_t begin, const Tensor& src) {
+  const int64_t n = src.numel();
+  const int64_t to_host = std::clamp<int64_t>(g.host.numel - begin, 0, n);
+  if (to_host > 0) host_state_of(g, which).narrow(begin, to_host).copy_from(src.narrow(0, to_host));
+  if (to_host < n)
+    device_part(g, which).narrow(begin + to_host - g.host.numel, n - to_host).copy_from(src.narrow(to_host, n - to_host));
+  if (to_host > 0 && which == State::Master && g.master_is_param)
+    g.master.narrow(begin, to_host).copy_from(src.narrow(0, to_host));
+}
+
+// The whole shard of `which` on the group's device: the live buffer when no
+// part is on the host, else a copy gathered from both parts.
+Tensor device_shard(GroupState& g, State which) {
+  const Tensor& dev = state_of(g, which);
+  if (g.host.numel == 0 || (which == State::Master && g.master_is_param)) return dev;
+  Tensor shard = Tensor::empty({g.reducer->shard_numel()}, dev.dtype(), dev.device());
+  shard.narrow(0, g.host.numel).copy_from(host_state_of(g, which));
+  shard.narrow(g.host.numel, dev.numel()).copy_from(dev);
+  return shard;
 }
 }  // namespace
 
+void DistributedOptimizer::reload_master_from_params() {
+  for (GroupState& g : groups_) {
+    if (g.master_is_param) {
+      // One rank: the shard is the flat buffer, so its host prefix is the buffer's.
+      if (g.host.numel > 0) g.host.master.copy_from(g.master.narrow(0, g.host.numel));
+      continue;
+    }
+    for (const GradReducer::Slice& s : g.reducer->slices())
+      write_shard(g, State::Master, s.shard_begin, g.group->flat_params().narrow(s.flat_begin, s.numel));
+  }
+}
+
 Tensor DistributedOptimizer::gather_state(GroupState& g, State which) {
-  const Tensor& shard = state_of(g, which);
+  const Tensor shard = device_shard(g, which);
   Tensor full = Tensor::zeros({g.group->flat_params().numel()}, shard.dtype(), shard.device());
   const int64_t ranks = g.comm->size();
   for (const GradReducer::Slice& s : g.reducer->slices()) {
@@ -105,11 +172,10 @@ Tensor DistributedOptimizer::gather_state(GroupState& g, State which) {
 }
 
 void DistributedOptimizer::scatter_state(GroupState& g, State which, const Tensor& full) {
-  Tensor& shard = state_of(g, which);
   BB_CHECK(full.numel() == g.group->flat_params().numel(), "optimizer state of group '", g.group->name(), "' has ",
            full.numel(), " elements, the group ", g.group->flat_params().numel());
   for (const GradReducer::Slice& s : g.reducer->slices())
-    shard.narrow(s.shard_begin, s.numel).copy_from(full.narrow(s.flat_begin, s.numel));
+    write_shard(g, which, s.shard_begin, full.narrow(s.flat_begin, s.numel));
 }
 
 void DistributedOptimizer::invalidate_grads() {
@@ -143,19 +209,14 @@ double DistributedOptimizer::grad_norm_squared() {
   return parallel_->world().all_reduce_scalar(local);
 }
 
-void DistributedOptimizer::all_gather_params(GroupState& g) {
+void DistributedOptimizer::all_gather_params(GroupState& g, const Tensor& param_shard) {
+  if (g.comm->size() == 1) return;   // the shard is the flat buffer, updated in place
   Tensor& flat_params = g.group->flat_params();
-  if (g.comm->size() == 1) {
-    if (!g.master_is_param) flat_params.copy_from(g.master);
-    return;
-  }
-  Tensor shard = Tensor::empty({g.reducer->shard_numel()}, flat_params.dtype(), flat_params.device());
-  shard.copy_from(g.master);
   const int64_t ranks = g.comm->size();
   for (const GradReducer::Slice& s : g.reducer->slices()) {
     // The bucket this slice belongs to starts comm-rank slices before it.
     Tensor bucket = flat_params.narrow(s.flat_begin - g.comm->rank() * s.numel, s.numel * ranks);
-    g.comm->all_gather(shard.narrow(s.shard_begin, s.numel), bucket);
+    g.comm->all_gather(param_shard.narrow(s.shard_begin, s.numel), bucket);
   }
 }
 
@@ -174,7 +235,7 @@ OptimizerStepResult DistributedOptimizer::step(double lr) {
   if (!std::isfinite(r.grad_norm)) return r;   // skipped update: parameters and moments untouched
 
   ++step_;
-  for (GroupState& g : groups_) {
+  auto hyperparameters = [&](const GroupState& g) {
     const ParamGroupSpec& spec = g.group->spec();
     ops::AdamWParams hp;
     hp.lr = lr * spec.lr_mult;
@@ -185,9 +246,44 @@ OptimizerStepResult DistributedOptimizer::step(double lr) {
     hp.step = step_;
     // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below one.
     if (cfg_.clip_grad > 0) hp.grad_scale = std::min(1.0, cfg_.clip_grad / (r.grad_norm + 1e-6));
-    ops::adamw_step(g.master, g.reducer->reduced_grads(), g.exp_avg, g.exp_avg_sq, hp);
-    all_gather_params(g);
+    return hp;
+  };
+  // Where each group's updated weights go in the parameter dtype: with one
+  // rank the flat parameters themselves (the shard is the buffer), else a
+  // shard that is all-gathered after. Allocated before the copy stream is
+  // ordered after the compute stream, so the host's weights may land in it.
+  std::vector<Tensor> param_shards;
+  for (GroupState& g : groups_) {
+    const Tensor& flat = g.group->flat_params();
+    param_shards.push_back(g.comm->size() == 1 ? flat
+                                               : Tensor::empty({g.reducer->shard_numel()}, flat.dtype(), flat.device()));
   }
+  // The host parts' gradients go down while the device steps its parts.
+  if (copies_) {
+    copies_->wait_for_compute();
+    for (GroupState& g : groups_)
+      if (g.host.numel > 0) copies_->copy(g.host.grad, g.reducer->reduced_grads().narrow(0, g.host.numel));
+  }
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    GroupState& g = groups_[i];
+    const int64_t on_device = g.reducer->shard_numel() - g.host.numel;
+    if (on_device == 0) continue;
+    Tensor master = device_part(g, State::Master);
+    ops::adamw_step(master, g.reducer->reduced_grads().narrow(g.host.numel, on_device), g.exp_avg, g.exp_avg_sq,
+                    hyperparameters(g));
+    if (!g.master_is_param) param_shards[i].narrow(g.host.numel, on_device).copy_from(master);
+  }
+  if (copies_) {
+    copies_->synchronize();
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      HostOptimizerState& host = groups_[i].host;
+      if (host.numel == 0) continue;
+      host_adamw_step(host, hyperparameters(groups_[i]), host_threads_);
+      copies_->copy(param_shards[i].narrow(0, host.numel), host.params.defined() ? host.params : host.master);
+    }
+    copies_->compute_waits();
+  }
+  for (size_t i = 0; i < groups_.size(); ++i) all_gather_params(groups_[i], param_shards[i]);
   r.update_successful = true;
   return r;
 }

@@ -15,6 +15,12 @@
 // stages passes each stage's ParamStore; parameters that another rank holds
 // a copy of (a tied embedding's copy on the last pipeline stage) are given as
 // counted_elsewhere and left out of the norm, so it counts them once.
+//
+// With offload_fraction > 0 a prefix of each shard's optimizer state lives in
+// host memory (optimizer_offload.h): each step its reduced gradients go down
+// on a copy stream, the host runs the same AdamW on them (the CPU op) while
+// the device steps the rest, and the updated weights go back up before the
+// all-gather. The norm, clipping and skipping see the whole shard as before.
 #pragma once
 
 #include <cstdint>
@@ -22,15 +28,18 @@
 #include <vector>
 
 #include "bumblebee/distributed/parallel_state.h"
+#include "bumblebee/core/host_copy_stream.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/modules/parameter.h"
 #include "bumblebee/primitive/optim/grad_reducer.h"
+#include "bumblebee/primitive/optim/optimizer_offload.h"
 
 namespace bb {
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   double clip_grad = 1.0;   // <= 0 disables clipping
+  double offload_fraction = 0.0;   // of the optimizer state's bytes, kept and stepped on the host
 };
 
 struct OptimizerStepResult {
@@ -48,7 +57,11 @@ class DistributedOptimizer {
     dist::Communicator* comm = nullptr;
     std::unique_ptr<GradReducer> reducer;
     bool master_is_param = false;
-    Tensor master, exp_avg, exp_avg_sq;   // this rank's bucket slices, in buffer order
+    // This rank's bucket slices, in buffer order, from host.numel on (the
+    // part that steps on the device); a master that is the parameters is the
+    // whole flat buffer, its host prefix mirrored in host.master.
+    Tensor master, exp_avg, exp_avg_sq;
+    HostOptimizerState host;   // the shard's first host.numel elements
     // [begin, end) ranges inside this rank's shard that another rank counts
     // in the gradient norm and the zero count: tp-replicated parameters off tp rank 0, and the
     // counted_elsewhere ones.
@@ -83,8 +96,9 @@ class DistributedOptimizer {
   enum class State { Master, ExpAvg, ExpAvgSq };
   Tensor gather_state(GroupState& g, State which);
   void scatter_state(GroupState& g, State which, const Tensor& full);
-  // What an offload moves: the master weights and Adam moments (without the
-  // master when it is the parameters themselves), and the reduced-gradient
+  // What an offload moves: the device-resident master weights and Adam
+  // moments (without the master when it is the parameters themselves; the
+  // offload_fraction part is on the host already), and the reduced-gradient
   // shards. Views sharing the live buffers.
   std::vector<Tensor> state_tensors() const;
   std::vector<Tensor> grad_shards() const;
@@ -93,10 +107,12 @@ class DistributedOptimizer {
 
  private:
   double grad_norm_squared();
-  void all_gather_params(GroupState& g);
+  void all_gather_params(GroupState& g, const Tensor& param_shard);
   dist::ParallelState* parallel_;
   AdamWConfig cfg_;
   std::vector<GroupState> groups_;
+  std::unique_ptr<HostCopyStream> copies_;   // when some group has a host part
+  int host_threads_ = 1;                     // for the host part's AdamW
   int64_t step_ = 0;
 };
 
