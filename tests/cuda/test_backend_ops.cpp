@@ -178,6 +178,25 @@ void grouped_gemm_cases(std::vector<Case>& cases) {
   }
 }
 
+// The dropout mask: a column slice (tensor-parallel shard) of a wider mask;
+// both backends must drop the same elements (the zero counts agree exactly).
+void dropout_cases(std::vector<Case>& cases) {
+  for (DType dt : {DType::BF16, DType::F32}) {
+    constexpr int64_t kRows = 37, kCols = 100, kStride = 130, kOffset = 17;
+    cases.push_back({"dropout_mask", fmt("[%lld, %lld] of %lld p=0.3 %s", (long long)kRows, (long long)kCols,
+                                         (long long)kStride, short_name(dt)),
+                     [=](Generator&) {
+                       Pair mask = output_pair({kRows, kCols}, dt);
+                       cuda::dropout_mask(mask.gpu, 0x1234, kStride, kOffset, 0.3);
+                       ops::dropout_mask(mask.cpu, 0x1234, kStride, kOffset, 0.3);
+                       return std::vector<Check>{
+                           compare("mask", mask, bound_for(dt)),
+                           compare_scalar("dropped", double(ops::count_zeros(mask.gpu)),
+                                          double(ops::count_zeros(mask.cpu)), 0.0)};
+                     }});
+  }
+}
+
 void elementwise_cases(std::vector<Case>& cases) {
   for (int64_t n : {int64_t(4096), int64_t(1001)}) {
     for (DType dt : {DType::BF16, DType::F32}) {
@@ -1138,6 +1157,7 @@ std::vector<Case> all_cases() {
   matmul_cases(cases);
   grouped_gemm_cases(cases);
   elementwise_cases(cases);
+  dropout_cases(cases);
   reduce_cases(cases);
   embedding_cases(cases);
   rmsnorm_cases(cases);

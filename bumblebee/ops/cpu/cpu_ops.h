@@ -30,6 +30,9 @@ void add_(Tensor& acc, const Tensor& x, double alpha);
 void scale_(Tensor& x, double s);
 void mul(const Tensor& a, const Tensor& b, Tensor& out);
 
+// dropout.cpp
+void dropout_mask(Tensor& mask, uint64_t key, int64_t row_stride, int64_t col_offset, double p);
+
 // reduce.cpp
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);
