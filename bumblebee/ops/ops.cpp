@@ -12,10 +12,12 @@
 #include <initializer_list>
 
 #include "bumblebee/ops/cpu/cpu_ops.h"
+#include "bumblebee/ops/dropout.h"
 #include "bumblebee/ops/op_profile.h"
 
 #ifdef BB_WITH_CUDA
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/dropout.h"
 #endif
 
 namespace bb::ops {

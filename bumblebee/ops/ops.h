@@ -58,15 +58,6 @@ void add_(Tensor& acc, const Tensor& x, double alpha = 1.0);     // acc += alpha
 void scale_(Tensor& x, double s);                                // x *= s
 void mul(const Tensor& a, const Tensor& b, Tensor& out);         // out = a * b
 
-// ---- dropout ----------------------------------------------------------------
-// Inverted dropout's mask: mask [R, C] (floating) gets 1 / (1 - p) where an
-// element is kept and 0 where it is dropped (probability p, 0 <= p < 1).
-// Element (i, j) draws u from SplitMix64 at counter i * row_stride +
-// col_offset + j of `key` and is dropped when u < p, so a column slice of a
-// wider tensor (a tensor-parallel shard) gets the slice of the full mask, and
-// CPU and CUDA drop the same elements.
-void dropout_mask(Tensor& mask, uint64_t key, int64_t row_stride, int64_t col_offset, double p);
-
 // ---- reductions (return to the host; each is one device sync) -----------------
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);   // sum of x^2, accumulated in double (CPU) or fp32 blocks + double (CUDA)

@@ -38,6 +38,8 @@
 #include "bumblebee/ops/cuda/attention_backends.h"
 #include "bumblebee/core/cuda/cuda_memory.h"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/dropout.h"
+#include "bumblebee/ops/dropout.h"
 #include "bumblebee/ops/ops.h"
 #include "tests/cuda/harness.h"
 

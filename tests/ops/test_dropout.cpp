@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "bumblebee/ops/dropout.h"
 #include "bumblebee/ops/ops.h"
 
 namespace bb {

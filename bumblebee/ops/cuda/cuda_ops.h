@@ -46,9 +46,6 @@ void add_(Tensor& acc, const Tensor& x, double alpha = 1.0);
 void scale_(Tensor& x, double s);
 void mul(const Tensor& a, const Tensor& b, Tensor& out);
 
-// dropout.cu: mask bfloat16 or float32.
-void dropout_mask(Tensor& mask, uint64_t key, int64_t row_stride, int64_t col_offset, double p);
-
 // reduce.cu. Any floating dtype; each call synchronises once.
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);

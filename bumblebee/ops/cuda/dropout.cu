@@ -1,6 +1,6 @@
 // Dropout mask on CUDA: one thread per element, the CPU op's SplitMix64 draw.
 #include "bumblebee/ops/cuda/cuda_common.cuh"
-#include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/dropout.h"
 
 namespace bb::cuda {
 namespace {

@@ -30,6 +30,24 @@ bool LoraConfig::targets(const std::string& weight_name) const {
   return false;
 }
 
+namespace {
+// "gate_up_proj" matches "gate_up_proj", "experts.gate_up_proj" and "mlp.experts.gate_up_proj".
+bool names_expert_parameter(const std::string& target, const std::string& full) {
+  return full == target || full.ends_with("." + target);
+}
+}  // namespace
+
+bool LoraConfig::targets_expert_parameter(const std::string& param) const {
+  for (const std::string& t : target_parameters)
+    if (t.ends_with(param) && names_expert_parameter(t, "mlp.experts." + param)) return true;
+  return false;
+}
+
+const std::vector<std::string>& lora_expert_parameters() {
+  static const std::vector<std::string> names = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  return names;
+}
+
 const std::vector<std::string>& lora_linear_modules() {
   static const std::vector<std::string> names = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                  "gate_proj", "up_proj", "down_proj"};
@@ -37,8 +55,9 @@ const std::vector<std::string>& lora_linear_modules() {
 }
 
 void check_lora_config(const LoraConfig& cfg) {
-  BB_CHECK(!cfg.target_modules.empty(), "peft.target_modules is empty; name the HF modules to adapt (",
-           "e.g. q_proj,v_proj) or all-linear");
+  BB_CHECK(!cfg.target_modules.empty() || !cfg.target_parameters.empty(),
+           "peft.target_modules and peft.target_parameters are empty; name the HF modules to adapt (",
+           "e.g. q_proj,v_proj) or all-linear, or the expert weights (mlp.experts.gate_up_proj)");
   const auto& valid = lora_linear_modules();
   for (const std::string& t : cfg.target_modules) {
     if (t == "all-linear" || std::find(valid.begin(), valid.end(), t) != valid.end()) continue;
@@ -47,6 +66,17 @@ void check_lora_config(const LoraConfig& cfg) {
     BB_FAIL("peft.target_modules names '", t, "', which is no linear module of the model; valid: ", list.str(),
             "all-linear");
   }
+  for (const std::string& t : cfg.target_parameters) {
+    bool known = false;
+    for (const std::string& v : lora_expert_parameters()) known = known || names_expert_parameter(t, v);
+    BB_CHECK(known, "peft.target_parameters names '", t, "', which is no expert weight of the model; valid: ",
+             "mlp.experts.gate_up_proj, mlp.experts.down_proj");
+  }
+  // peft's ParamWrapper (target_parameters) cannot factor x out of B A dropout(x), nor take DoRA.
+  BB_CHECK(cfg.target_parameters.empty() || (cfg.dropout == 0.0 && !cfg.use_dora),
+           "peft.target_parameters (LoRA on the expert weights) needs peft.type=lora and peft.dropout=0, as HF ",
+           "peft's ParamWrapper does; got peft.type=", cfg.use_dora ? "dora" : "lora", ", peft.dropout ",
+           cfg.dropout);
   BB_CHECK(cfg.rank > 0, "peft.rank must be > 0, got ", cfg.rank);
   BB_CHECK(cfg.dropout >= 0.0 && cfg.dropout < 1.0, "peft.dropout must be in [0, 1), got ", cfg.dropout);
   // peft's DoRA with dropout adds (g - 1) W dropout(x) to the undropped base

@@ -43,6 +43,9 @@ namespace bb {
 
 struct LoraConfig {
   std::vector<std::string> target_modules;   // HF module names (q_proj, ...) or "all-linear"
+  // peft's target_parameters: the fused MoE expert weights (moe/expert_lora.h),
+  // "mlp.experts.gate_up_proj", "mlp.experts.down_proj" (or a dot-suffix of them).
+  std::vector<std::string> target_parameters;
   int64_t rank = 8;                          // peft's r
   double alpha = 8.0;                        // peft's lora_alpha
   double dropout = 0.0;                      // peft's lora_dropout
@@ -51,13 +54,18 @@ struct LoraConfig {
   double scaling() const;
   // Whether the linear layer whose weight is `weight_name` (".../q_proj.weight") gets an adapter.
   bool targets(const std::string& weight_name) const;
+  // Whether the fused expert weight `param` (gate_up_proj or down_proj) gets adapters.
+  bool targets_expert_parameter(const std::string& param) const;
 };
 
 // The HF module names a dense decoder's linear layers have.
 const std::vector<std::string>& lora_linear_modules();
+// The fused MoE expert weights target_parameters may name, as transformers names them.
+const std::vector<std::string>& lora_expert_parameters();
 // Checks target_modules against lora_linear_modules (the error lists them) and
-// the rank and dropout (0 <= p < 1, and 0 under DoRA), with messages naming
-// the peft.* key and value.
+// target_parameters against lora_expert_parameters, the rank and dropout
+// (0 <= p < 1; 0 under DoRA and with expert adapters, as peft requires),
+// with messages naming the peft.* key and value.
 void check_lora_config(const LoraConfig& cfg);
 // Whether a parameter is a LoRA adapter's (its name ends in .lora_A.weight,
 // .lora_B.weight or DoRA's .lora_magnitude_vector).

@@ -1,6 +1,7 @@
 // LoRA dropout: microbatch keys, per-adapter masks and their application.
 #include "bumblebee/primitive/modules/lora_dropout.h"
 
+#include "bumblebee/ops/dropout.h"
 #include "bumblebee/ops/ops.h"
 
 namespace bb {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "bumblebee/ops/dropout.h"
 #include "bumblebee/ops/ops.h"
 #include "module_fixture.h"
 
