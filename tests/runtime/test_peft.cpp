@@ -199,6 +199,29 @@ void expect_merged_export_matches(const std::string& name, const std::string& ty
 TEST(Peft, MergedExportGivesTheLogitsOfBasePlusAdapter) { expect_merged_export_matches("qwen3_gqa_lora", "lora"); }
 TEST(Peft, MergedDoraExportGivesTheLogitsOfBasePlusAdapter) { expect_merged_export_matches("qwen3_gqa_dora", "dora"); }
 
+// peft.dropout: forward-only calls see no dropout; training draws masks from
+// the seed, the step and the microbatch, so a second run repeats the first and
+// a second forward_backward of the same step draws new ones.
+TEST(Peft, DropoutTrainsWithSeededMasksAndEvaluatesWithout) {
+  const std::string fixture = test::fixture_dir("qwen3_gqa_lora");
+  RuntimeConfig with = lora_config(fixture);
+  with.backend_cfg.peft.dropout = 0.3;
+  auto plain_rt = create_runtime(lora_config(fixture));
+  auto rt = create_runtime(with), again_rt = create_runtime(with);
+  ModelHandle plain = plain_rt->build_model(), h = rt->build_model(), again = again_rt->build_model();
+  const PackedBatch batch = test::fixture_batch("qwen3_gqa");
+  EXPECT_EQ(rt->logits(h, batch).to_doubles(), plain_rt->logits(plain, batch).to_doubles());
+  EXPECT_EQ(rt->forward_backward(h, batch, {}, 1, true).loss,
+            plain_rt->forward_backward(plain, batch, {}, 1, true).loss);
+  auto train = rt->train_mode(h);
+  auto train_plain = plain_rt->train_mode(plain);
+  auto train_again = again_rt->train_mode(again);
+  const double first = rt->forward_backward(h, batch).loss;
+  EXPECT_NE(first, plain_rt->forward_backward(plain, batch).loss);
+  EXPECT_EQ(again_rt->forward_backward(again, batch).loss, first);
+  EXPECT_NE(rt->forward_backward(h, batch).loss, first);
+}
+
 RuntimeConfig expert_lora_config(const std::string& adapter_path) {
   RuntimeConfig cfg = lora_config(adapter_path);
   cfg.hf_path = test::fixture_dir("qwen3_moe_fused");
