@@ -6,8 +6,8 @@
 // them (peft.merge_on_export, so the exported model carries the trained adapters;
 // for DoRA (m / ||W + s B A||) (W + s B A), whose row norm is all-reduced over tp
 // for the row-parallel projections). LoRA on the fused MoE experts
-// (tests/fixtures/qwen3_moe_lora, peft's target_parameters) at ep = 2 (and
-// tp = 2 with ep = 4) reproduces the single-rank run the same way, and the
+// (tests/fixtures/qwen3_moe_lora, peft's target_parameters) at ep = 2 and
+// tp = 2 with ep = 2 reproduces the single-rank run the same way, and the
 // saved adapters (each ep rank's experts gathered into peft's fused tensors)
 // agree to 1e-10.
 #include <gtest/gtest.h>
@@ -113,8 +113,8 @@ TEST_P(ExpertPeftParity, MatchesSingleRank) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ExpertPeftParity,
                          ::testing::Values(ExpertLayout{"ep2", " backend.parallel.ep=2", 2},
-                                           ExpertLayout{"tp2_ep4_etp1",
-                                                        " backend.parallel.tp=2 backend.parallel.ep=4"
+                                           ExpertLayout{"tp2_ep2_etp1",
+                                                        " backend.parallel.tp=2 backend.parallel.ep=2"
                                                         " backend.parallel.etp=1",
                                                         4}),
                          [](const auto& info) { return info.param.name; });
