@@ -295,6 +295,37 @@ TEST(Peft, ExpertAdapterSavesPeftsFusedTensorsBitForBitAndReloads) {
   fs::remove_all(dir);
 }
 
+// DeepSeek-V3's routed experts are the same expert module: a fresh adapter
+// leaves the logits as they were, one step trains it, and it saves and loads.
+TEST(Peft, ExpertAdapterOnDeepseekV3RoutedExpertsTrainsAndReloads) {
+  RuntimeConfig cfg = expert_lora_config("");
+  cfg.hf_path = test::fixture_dir("deepseek_v3_qproj");
+  cfg.backend_cfg.peft.target_modules = "o_proj";
+  RuntimeConfig base = cfg;
+  base.backend_cfg.peft.type = "none";
+  auto rt = create_runtime(cfg), base_rt = create_runtime(base);
+  ModelHandle h = rt->build_model(), base_h = base_rt->build_model();
+  const PackedBatch batch = test::fixture_batch("deepseek_v3_qproj");
+  EXPECT_EQ(rt->logits(h, batch).to_doubles(), base_rt->logits(base_h, batch).to_doubles());
+  int expert_adapters = 0;
+  for (const Parameter& p : h.model().params().params()) expert_adapters += is_expert_lora_param(p.name);
+  EXPECT_GT(expert_adapters, 0);
+  auto train = rt->train_mode(h);
+  rt->zero_grad(h);
+  rt->forward_backward(h, batch);
+  ASSERT_TRUE(rt->optimizer_step(h).update_successful);
+  const std::string dir = temp_dir("dsv3_experts");
+  rt->save_peft_adapter(h, dir);
+  EXPECT_TRUE(SafetensorsFile::open(dir + "/adapter_model.safetensors")
+                  .has("base_model.model.model.layers.1.mlp.experts.base_layer.lora_B.weight"));
+  RuntimeConfig again = cfg;
+  again.backend_cfg.peft.adapter_path = dir;
+  auto rt2 = create_runtime(again);
+  ModelHandle h2 = rt2->build_model();
+  EXPECT_EQ(adapter_values(h2), adapter_values(h));
+  fs::remove_all(dir);
+}
+
 TEST(Peft, TrainingCheckpointKeepsTheAdapters) {
   auto rt = create_runtime(lora_config(test::fixture_dir("qwen3_gqa_lora")));
   ModelHandle h = rt->build_model();
