@@ -12,10 +12,12 @@
 #include <initializer_list>
 
 #include "bumblebee/ops/cpu/cpu_ops.h"
+#include "bumblebee/ops/dropout.h"
 #include "bumblebee/ops/op_profile.h"
 
 #ifdef BB_WITH_CUDA
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/dropout.h"
 #endif
 
 namespace bb::ops {
@@ -355,6 +357,21 @@ void scatter_add_columns(const Tensor& dy, const ColumnIndex& index, Tensor& dx,
     BB_DISPATCH_CPU(scatter_add_columns, dy, index, dx, accumulate);
   }
   BB_DISPATCH_CUDA(scatter_add_columns, dy, index, dx, accumulate);
+
+// ---- dropout ------------------------------------------------------------------------------
+
+void dropout_mask(Tensor& mask, uint64_t key, int64_t row_stride, int64_t col_offset, double p) {
+  const char* op = "dropout_mask";
+  const Device dev = common_device(op, {{mask, "mask"}});
+  expect_dim(op, mask, "mask", 2);
+  BB_CHECK(p >= 0.0 && p < 1.0, op, ": p must be in [0, 1), got ", p);
+  BB_CHECK(row_stride >= mask.size(1) + col_offset && col_offset >= 0, op, ": row_stride ", row_stride,
+           " does not hold col_offset ", col_offset, " + the mask's ", mask.size(1), " columns");
+  if (dev.is_cpu()) {
+    expect_cpu_float(op, {mask, "mask"});
+    BB_DISPATCH_CPU(dropout_mask, mask, key, row_stride, col_offset, p);
+  }
+  BB_DISPATCH_CUDA(dropout_mask, mask, key, row_stride, col_offset, p);
 }
 
 // ---- reductions ---------------------------------------------------------------------------

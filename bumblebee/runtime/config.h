@@ -54,6 +54,7 @@ struct OptimizerConfig {
 struct PeftConfig {
   std::string type = "none";        // none | lora | dora (LoRA with peft's magnitude vector)
   std::string target_modules = "q_proj,v_proj";   // comma list of HF module names, or all-linear
+  std::string target_parameters;                   // comma list of fused expert weights (peft's target_parameters)
   int rank = 8;
   double alpha = 8.0;
   double dropout = 0.0;

@@ -151,6 +151,10 @@ void ConfigSchema::add_runtime_keys() {
           "comma list of HF linear modules to adapt (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj) or "
           "all-linear; HF peft's target_modules",
           [](RuntimeConfig& c, const json& v) { bb_of(c).peft.target_modules = v; }));
+  add(key("peft.target_parameters", "peft", T::String, b.peft.target_parameters,
+          "comma list of fused MoE expert weights to adapt (mlp.experts.gate_up_proj,mlp.experts.down_proj); HF "
+          "peft's target_parameters; empty: none",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).peft.target_parameters = v; }));
   add(int_key("peft.rank", "peft", b.peft.rank, "LoRA rank r (HF peft's r)",
               [](RuntimeConfig& c, const json& v) { bb_of(c).peft.rank = v; })
           .at_least(1));

@@ -46,6 +46,10 @@ void Runtime::export_weights(ModelHandle& h, const WeightSink& sink) {
 
 void Runtime::export_weights(ModelHandle& h, const WeightSink& sink, bool merge_lora) {
   ModelState& st = h.state();
+  const LoraConfig* lora = st.chunks.front()->params().lora();
+  BB_CHECK(!merge_lora || !lora || lora->target_parameters.empty(),
+           "peft.merge_on_export with peft.target_parameters (adapters on the MoE experts) is not built; export the ",
+           "adapter (save_peft_adapter) and merge it with peft's merge_and_unload");
   stream_chunks(
       h,
       [&](ModelChunk& chunk, const WeightSink& out) {

@@ -25,6 +25,10 @@ struct ModelState {
   std::unique_ptr<LRSchedule> schedule;
   int64_t scheduler_steps = 0;
   bool training = true;
+  // Microbatches trained since the last optimizer step: with the step, the
+  // LoRA dropout key of the next one (several forward_backward calls of one
+  // step draw new masks; a resumed run draws the uninterrupted run's).
+  int64_t microbatches_this_step = 0;
   OffloadParts offloaded{false, false, false};   // the parts on the host (Runtime::to)
 };
 

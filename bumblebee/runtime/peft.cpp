@@ -20,6 +20,9 @@ std::shared_ptr<const LoraConfig> make_lora_config(const PeftConfig& peft) {
   std::stringstream list(peft.target_modules);
   for (std::string m; std::getline(list, m, ',');)
     if (!m.empty()) cfg->target_modules.push_back(m);
+  std::stringstream params(peft.target_parameters);
+  for (std::string m; std::getline(params, m, ',');)
+    if (!m.empty()) cfg->target_parameters.push_back(m);
   cfg->rank = peft.rank;
   cfg->alpha = peft.alpha;
   cfg->dropout = peft.dropout;
@@ -34,7 +37,15 @@ void check_lora_targets_found(const LoraConfig& cfg, const ParamStore& store, co
     if (t == "all-linear") continue;
     bool found = false;
     for (const Parameter& p : store.params()) found = found || p.name.ends_with("." + t + ".lora_A.weight");
-    BB_CHECK(found, "peft.target_modules names '", t, "', which no linear layer of this model has");
+    BB_CHECK(found, "peft.target_modules names '", t, "', which no linear layer of this model has",
+             " (the fused MoE experts are peft.target_parameters: mlp.experts.gate_up_proj, mlp.experts.down_proj)");
+  }
+  for (const std::string& t : cfg.target_parameters) {
+    bool found = false;
+    for (const std::string& param : {std::string("gate_up_proj"), std::string("down_proj")})
+      if (t.ends_with(param))
+        for (const Parameter& p : store.params()) found = found || p.name.ends_with("." + param + ".lora_A.weight");
+    BB_CHECK(found, "peft.target_parameters names '", t, "', which no MoE layer of this model has");
   }
 }
 
@@ -44,7 +55,7 @@ void Runtime::save_peft_adapter(ModelHandle& h, const std::string& dir) {
   BB_CHECK(lora, "save_peft_adapter: the model has no LoRA adapters (peft.type=none)");
   std::vector<std::pair<std::string, Tensor>> tensors;
   stream_chunks(
-      h, [&](ModelChunk& chunk, const WeightSink& out) { export_lora_params(chunk.params(), st.context->tp(), out); },
+      h, [&](ModelChunk& chunk, const WeightSink& out) { export_lora_params(chunk.params(), st.context->tp(), st.context->ep(), out); },
       [&](const std::string& name, const Tensor& t) { tensors.emplace_back(name, t.to(Device::cpu())); });
   if (parallel_->world_rank() != 0) return;
   std::filesystem::create_directories(dir);

@@ -12,6 +12,7 @@
 #include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/ckpt/peft_adapter.h"
+#include "bumblebee/primitive/modules/lora_dropout.h"
 #include "bumblebee/primitive/modules/moe/router_replay.h"
 #include "bumblebee/primitive/modules/rmsnorm.h"
 #include "bumblebee/primitive/optim/param_groups.h"
@@ -338,6 +339,12 @@ ForwardResult Runtime::forward_backward(ModelHandle& h, const PackedBatch& data,
   const double global_tokens = parallel_->dp().all_reduce_scalar(local_tokens);
   for (PreparedMicroBatch& pm : prepared)
     pm.device.aux_loss_weight = global_tokens > 0 ? pm.loss_tokens / global_tokens : 0.0;
+  if (!forward_only && st.cfg.peft.type != "none" && st.cfg.peft.dropout > 0.0) {
+    for (PreparedMicroBatch& pm : prepared)
+      pm.device.seq.lora_dropout = {true, lora_dropout_key(st.cfg.seed, st.optimizer->steps_taken(),
+                                                           st.microbatches_this_step++, parallel_->dp_rank(),
+                                                           parallel_->cp_rank())};
+  }
 
   ForwardResult result;
   result.num_tokens = int64_t(global_tokens);
@@ -526,6 +533,7 @@ OptimizerStepResult Runtime::optimizer_step(ModelHandle& h) {
   BB_CHECK(st.training, "optimizer_step in eval mode");
   check_on_device(st, OffloadParts{}, "optimizer_step");
   OptimizerStepResult result = st.optimizer->step(st.schedule->lr_at(st.scheduler_steps));
+  st.microbatches_this_step = 0;
   for (auto& chunk : st.chunks) chunk->after_optimizer_step();
   return result;
 }

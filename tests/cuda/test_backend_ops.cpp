@@ -38,6 +38,8 @@
 #include "bumblebee/ops/cuda/attention_backends.h"
 #include "bumblebee/core/cuda/cuda_memory.h"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/dropout.h"
+#include "bumblebee/ops/dropout.h"
 #include "bumblebee/ops/ops.h"
 #include "tests/cuda/harness.h"
 
@@ -175,6 +177,25 @@ void grouped_gemm_cases(std::vector<Case>& cases) {
         }
       }
     }
+  }
+}
+
+// The dropout mask: a column slice (tensor-parallel shard) of a wider mask;
+// both backends must drop the same elements (the zero counts agree exactly).
+void dropout_cases(std::vector<Case>& cases) {
+  for (DType dt : {DType::BF16, DType::F32}) {
+    constexpr int64_t kRows = 37, kCols = 100, kStride = 130, kOffset = 17;
+    cases.push_back({"dropout_mask", fmt("[%lld, %lld] of %lld p=0.3 %s", (long long)kRows, (long long)kCols,
+                                         (long long)kStride, short_name(dt)),
+                     [=](Generator&) {
+                       Pair mask = output_pair({kRows, kCols}, dt);
+                       cuda::dropout_mask(mask.gpu, 0x1234, kStride, kOffset, 0.3);
+                       ops::dropout_mask(mask.cpu, 0x1234, kStride, kOffset, 0.3);
+                       return std::vector<Check>{
+                           compare("mask", mask, bound_for(dt)),
+                           compare_scalar("dropped", double(ops::count_zeros(mask.gpu)),
+                                          double(ops::count_zeros(mask.cpu)), 0.0)};
+                     }});
   }
 }
 
@@ -1204,6 +1225,7 @@ std::vector<Case> all_cases() {
   matmul_cases(cases);
   grouped_gemm_cases(cases);
   elementwise_cases(cases);
+  dropout_cases(cases);
   reduce_cases(cases);
   embedding_cases(cases);
   rmsnorm_cases(cases);

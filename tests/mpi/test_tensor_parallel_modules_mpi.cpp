@@ -236,15 +236,25 @@ TEST(MpiTensorParallelModules, SwiGLUMLPMatchesOneRank) {
 // split as the rows of a column-parallel base, A split as the columns of a
 // row-parallel base and B replicated; the fused gate|up GEMM places each
 // adapter's output in its own column block. Every A and B is random (B too).
-LoraConfig all_linear_lora() {
+// With dropout every rank draws one rank's mask: the same for a column
+// layer's replicated input, its slice of it for a row layer's split input.
+LoraConfig all_linear_lora(double dropout) {
   LoraConfig cfg;
   cfg.target_modules = {"all-linear"};
   cfg.rank = 3;
   cfg.alpha = 5.0;
+  cfg.dropout = dropout;
   return cfg;
 }
 
-TEST(MpiTensorParallelModules, LoraAttentionMatchesOneRank) {
+SequenceLayout with_dropout(SequenceLayout seq, double dropout) {
+  if (dropout > 0) seq.lora_dropout = {true, lora_dropout_key(7, 2, 1, 0, 0)};
+  return seq;
+}
+
+class MpiTensorParallelLora : public ::testing::TestWithParam<double> {};
+
+TEST_P(MpiTensorParallelLora, AttentionMatchesOneRank) {
   AttentionConfig cfg;
   cfg.hidden = 8;
   cfg.num_heads = 8;
@@ -253,12 +263,12 @@ TEST(MpiTensorParallelModules, LoraAttentionMatchesOneRank) {
   cfg.qk_norm = true;
   if (!divides({kTokens, cfg.num_heads, cfg.num_kv_heads}))
     GTEST_SKIP() << "tp " << tp_size() << " does not divide the sizes";
-  const SequenceLayout seq = test::packed_sequences({5, 7, 9, 3});
+  const SequenceLayout seq = with_dropout(test::packed_sequences({5, 7, 9, 3}), GetParam());
   Generator gen(141);
   Tensor x = test::random_tensor(gen, {kTokens, cfg.hidden}), dy = test::random_tensor(gen, {kTokens, cfg.hidden});
 
   test::ModuleFixture single;
-  single.set_lora(all_linear_lora());
+  single.set_lora(all_linear_lora(GetParam()));
   auto ref = single.make_attention(cfg);
   single.allocate_and_init(142);
   SelfAttention::Saved rs;
@@ -266,7 +276,7 @@ TEST(MpiTensorParallelModules, LoraAttentionMatchesOneRank) {
   const Tensor dx_ref = ref->backward(dy, seq, rs);
 
   test::ModuleFixture parallel(tp_group());
-  parallel.set_lora(all_linear_lora());
+  parallel.set_lora(all_linear_lora(GetParam()));
   auto attn = parallel.make_attention(cfg);
   parallel.allocate_and_init(142);
   SelfAttention::Saved s;
@@ -278,33 +288,36 @@ TEST(MpiTensorParallelModules, LoraAttentionMatchesOneRank) {
   expect_parameter_shards_match(parallel, single);
 }
 
-TEST(MpiTensorParallelModules, LoraSwiGLUMLPMatchesOneRank) {
+TEST_P(MpiTensorParallelLora, SwiGLUMLPMatchesOneRank) {
   constexpr int64_t kHidden = 8, kFfn = 24;
+  const SequenceLayout seq = with_dropout(SequenceLayout{}, GetParam());
   if (!divides({kTokens, kFfn})) GTEST_SKIP() << "tp " << tp_size() << " does not divide the sizes";
   Generator gen(151);
   Tensor x = test::random_tensor(gen, {kTokens, kHidden}), dy = test::random_tensor(gen, {kTokens, kHidden});
 
   test::ModuleFixture single;
-  single.set_lora(all_linear_lora());
+  single.set_lora(all_linear_lora(GetParam()));
   auto ref = single.make_mlp(kHidden, kFfn);
   single.allocate_and_init(152);
   std::unique_ptr<BlockState> rs;
-  const Tensor y_ref = ref->forward(x, SequenceLayout{}, rs);
-  const Tensor dx_ref = ref->backward(dy, SequenceLayout{}, rs);
+  const Tensor y_ref = ref->forward(x, seq, rs);
+  const Tensor dx_ref = ref->backward(dy, seq, rs);
 
   test::ModuleFixture parallel(tp_group());
-  parallel.set_lora(all_linear_lora());
+  parallel.set_lora(all_linear_lora(GetParam()));
   auto mlp = parallel.make_mlp(kHidden, kFfn);
   parallel.allocate_and_init(152);
   std::unique_ptr<BlockState> s;
-  EXPECT_LT(test::relative_error(mlp->forward(token_shard(x), SequenceLayout{}, s).to_doubles(),
+  EXPECT_LT(test::relative_error(mlp->forward(token_shard(x), seq, s).to_doubles(),
                                  token_shard(y_ref).to_doubles()),
             kTol);
-  EXPECT_LT(test::relative_error(mlp->backward(token_shard(dy), SequenceLayout{}, s).to_doubles(),
+  EXPECT_LT(test::relative_error(mlp->backward(token_shard(dy), seq, s).to_doubles(),
                                  token_shard(dx_ref).to_doubles()),
             kTol);
   expect_parameter_shards_match(parallel, single);
 }
+
+INSTANTIATE_TEST_SUITE_P(Dropout, MpiTensorParallelLora, ::testing::Values(0.0, 0.3));
 
 // The whole layer, also with full recompute: the re-run forward in backward
 // issues its collectives again, in the same order on every rank.

@@ -114,6 +114,8 @@ const std::vector<RoundTrip>& round_trips() {
       {"optimizer.grad_bucket_size", "1000",
        [](const RuntimeConfig& c) { return c.backend_cfg.optimizer.grad_bucket_size == 1000; }},
       {"peft.type", "lora", [](const RuntimeConfig& c) { return c.backend_cfg.peft.type == "lora"; }},
+      {"peft.target_parameters", "mlp.experts.gate_up_proj",
+       [](const RuntimeConfig& c) { return c.backend_cfg.peft.target_parameters == "mlp.experts.gate_up_proj"; }},
       {"peft.target_modules", "all-linear",
        [](const RuntimeConfig& c) { return c.backend_cfg.peft.target_modules == "all-linear"; }},
       {"peft.rank", "16", [](const RuntimeConfig& c) { return c.backend_cfg.peft.rank == 16; }},

@@ -6,15 +6,20 @@
 // merged HF export (peft.merge_on_export) gives the logits of base + adapter;
 // a training checkpoint keeps the adapters. The DoRA adapter
 // (tests/fixtures/qwen3_gqa_dora) goes through the same peft, round-trip and
-// merge checks.
+// merge checks. LoRA on the fused MoE experts (peft's target_parameters,
+// tests/fixtures/qwen3_moe_lora over qwen3_moe_fused) matches peft's logits,
+// loss and the gradient norms of its fused lora_A / lora_B, and saves to
+// peft's tensors bit for bit.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "bumblebee/ops/ops.h"
+#include "bumblebee/primitive/ckpt/peft_expert_adapter.h"
 #include "bumblebee/primitive/ckpt/safetensors.h"
 #include "bumblebee/runtime/runtime.h"
 #include "tests/model/hf_fixture.h"
@@ -193,6 +198,133 @@ void expect_merged_export_matches(const std::string& name, const std::string& ty
 
 TEST(Peft, MergedExportGivesTheLogitsOfBasePlusAdapter) { expect_merged_export_matches("qwen3_gqa_lora", "lora"); }
 TEST(Peft, MergedDoraExportGivesTheLogitsOfBasePlusAdapter) { expect_merged_export_matches("qwen3_gqa_dora", "dora"); }
+
+// peft.dropout: forward-only calls see no dropout; training draws masks from
+// the seed, the step and the microbatch, so a second run repeats the first and
+// a second forward_backward of the same step draws new ones.
+TEST(Peft, DropoutTrainsWithSeededMasksAndEvaluatesWithout) {
+  const std::string fixture = test::fixture_dir("qwen3_gqa_lora");
+  RuntimeConfig with = lora_config(fixture);
+  with.backend_cfg.peft.dropout = 0.3;
+  auto plain_rt = create_runtime(lora_config(fixture));
+  auto rt = create_runtime(with), again_rt = create_runtime(with);
+  ModelHandle plain = plain_rt->build_model(), h = rt->build_model(), again = again_rt->build_model();
+  const PackedBatch batch = test::fixture_batch("qwen3_gqa");
+  EXPECT_EQ(rt->logits(h, batch).to_doubles(), plain_rt->logits(plain, batch).to_doubles());
+  EXPECT_EQ(rt->forward_backward(h, batch, {}, 1, true).loss,
+            plain_rt->forward_backward(plain, batch, {}, 1, true).loss);
+  auto train = rt->train_mode(h);
+  auto train_plain = plain_rt->train_mode(plain);
+  auto train_again = again_rt->train_mode(again);
+  const double first = rt->forward_backward(h, batch).loss;
+  EXPECT_NE(first, plain_rt->forward_backward(plain, batch).loss);
+  EXPECT_EQ(again_rt->forward_backward(again, batch).loss, first);
+  EXPECT_NE(rt->forward_backward(h, batch).loss, first);
+}
+
+RuntimeConfig expert_lora_config(const std::string& adapter_path) {
+  RuntimeConfig cfg = lora_config(adapter_path);
+  cfg.hf_path = test::fixture_dir("qwen3_moe_fused");
+  cfg.backend_cfg.peft.target_modules = "q_proj,k_proj,v_proj,o_proj";
+  cfg.backend_cfg.peft.target_parameters = "mlp.experts.gate_up_proj,mlp.experts.down_proj";
+  return cfg;
+}
+
+TEST(Peft, PeftMadeExpertAdapterMatchesPeftsLogitsLossAndGradNorms) {
+  const std::string fixture = test::fixture_dir("qwen3_moe_lora");
+  const nlohmann::json ref = test::read_json(fixture + "/reference.json");
+  auto rt = create_runtime(expert_lora_config(fixture));
+  ModelHandle h = rt->build_model();
+  const PackedBatch batch = test::fixture_batch("qwen3_moe_fused");
+  EXPECT_LT(max_rel_error(rt->logits(h, batch).to_doubles(), test::fixture_logits("qwen3_moe_lora")), 1e-9);
+
+  auto train = rt->train_mode(h);
+  rt->zero_grad(h);
+  const ForwardResult r = rt->forward_backward(h, batch);
+  EXPECT_LT(rel(r.loss, ref["loss"].get<double>()), 1e-9);
+  // peft's norms are of the fused tensors: sum every expert's squares under its peft name.
+  const LoraConfig& lora = *h.model().params().lora();
+  std::map<std::string, double> sq;
+  for (const Parameter& p : h.model().params().params()) {
+    if (!p.requires_grad()) continue;
+    const std::string name =
+        is_expert_lora_param(p.name) ? peft_expert_tensor_name(p.name, lora) : "base_model.model." + p.name;
+    sq[name] += ops::sum_squares(p.grad);
+  }
+  EXPECT_EQ(sq.size(), ref["per_param_grad_norm"].size());
+  EXPECT_TRUE(sq.count("base_model.model.model.layers.1.mlp.experts.base_layer.lora_B.weight"));
+  double total = 0;
+  for (const auto& [name, s] : sq) {
+    total += s;
+    ASSERT_TRUE(ref["per_param_grad_norm"].contains(name)) << name;
+    EXPECT_LT(rel(std::sqrt(s), ref["per_param_grad_norm"][name].get<double>()), 1e-8) << name;
+  }
+  EXPECT_LT(rel(std::sqrt(total), ref["grad_norm"].get<double>()), 1e-9);
+}
+
+TEST(Peft, ExpertAdapterSavesPeftsFusedTensorsBitForBitAndReloads) {
+  const std::string fixture = test::fixture_dir("qwen3_moe_lora");
+  auto rt = create_runtime(expert_lora_config(fixture));
+  ModelHandle h = rt->build_model();
+  const std::string dir = temp_dir("experts");
+  rt->save_peft_adapter(h, dir);
+  const SafetensorsFile saved = SafetensorsFile::open(dir + "/adapter_model.safetensors");
+  const SafetensorsFile peft = SafetensorsFile::open(fixture + "/adapter_model.safetensors");
+  EXPECT_EQ(saved.names(), peft.names());
+  for (const std::string& n : peft.names()) {
+    ASSERT_TRUE(saved.has(n)) << n;
+    EXPECT_EQ(saved.shape(n), peft.shape(n)) << n;
+    EXPECT_EQ(saved.get(n).to_doubles(), peft.get(n).to_doubles()) << n;
+  }
+  const nlohmann::json config = test::read_json(dir + "/adapter_config.json");
+  EXPECT_EQ(config["target_parameters"], nlohmann::json({"mlp.experts.gate_up_proj", "mlp.experts.down_proj"}));
+
+  auto train = rt->train_mode(h);
+  rt->zero_grad(h);
+  rt->forward_backward(h, test::fixture_batch("qwen3_moe_fused"));
+  ASSERT_TRUE(rt->optimizer_step(h).update_successful);
+  rt->save_peft_adapter(h, dir);
+  auto rt2 = create_runtime(expert_lora_config(dir));
+  ModelHandle h2 = rt2->build_model();
+  EXPECT_EQ(adapter_values(h2), adapter_values(h));
+  EXPECT_NE(adapter_values(h2), [&] {
+    auto rt3 = create_runtime(expert_lora_config(fixture));
+    ModelHandle h3 = rt3->build_model();
+    return adapter_values(h3);
+  }());
+  fs::remove_all(dir);
+}
+
+// DeepSeek-V3's routed experts are the same expert module: a fresh adapter
+// leaves the logits as they were, one step trains it, and it saves and loads.
+TEST(Peft, ExpertAdapterOnDeepseekV3RoutedExpertsTrainsAndReloads) {
+  RuntimeConfig cfg = expert_lora_config("");
+  cfg.hf_path = test::fixture_dir("deepseek_v3_qproj");
+  cfg.backend_cfg.peft.target_modules = "o_proj";
+  RuntimeConfig base = cfg;
+  base.backend_cfg.peft.type = "none";
+  auto rt = create_runtime(cfg), base_rt = create_runtime(base);
+  ModelHandle h = rt->build_model(), base_h = base_rt->build_model();
+  const PackedBatch batch = test::fixture_batch("deepseek_v3_qproj");
+  EXPECT_EQ(rt->logits(h, batch).to_doubles(), base_rt->logits(base_h, batch).to_doubles());
+  int expert_adapters = 0;
+  for (const Parameter& p : h.model().params().params()) expert_adapters += is_expert_lora_param(p.name);
+  EXPECT_GT(expert_adapters, 0);
+  auto train = rt->train_mode(h);
+  rt->zero_grad(h);
+  rt->forward_backward(h, batch);
+  ASSERT_TRUE(rt->optimizer_step(h).update_successful);
+  const std::string dir = temp_dir("dsv3_experts");
+  rt->save_peft_adapter(h, dir);
+  EXPECT_TRUE(SafetensorsFile::open(dir + "/adapter_model.safetensors")
+                  .has("base_model.model.model.layers.1.mlp.experts.base_layer.lora_B.weight"));
+  RuntimeConfig again = cfg;
+  again.backend_cfg.peft.adapter_path = dir;
+  auto rt2 = create_runtime(again);
+  ModelHandle h2 = rt2->build_model();
+  EXPECT_EQ(adapter_values(h2), adapter_values(h));
+  fs::remove_all(dir);
+}
 
 TEST(Peft, TrainingCheckpointKeepsTheAdapters) {
   auto rt = create_runtime(lora_config(test::fixture_dir("qwen3_gqa_lora")));

@@ -10,7 +10,8 @@
 // that does not cover a tensor, MoE models: ep not
 // dividing the experts, top-k above the expert count, a checkpoint holding a
 // layer's experts in both layouts; DeepSeek-V3 fields out of range and MTP;
-// LoRA: unknown target modules, bad ranks, an adapter for another base model.
+// LoRA: unknown target modules and expert weights, bad ranks, an adapter for
+// another base model, dropout with DoRA or on the experts, a merged export of expert adapters.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -392,8 +393,22 @@ std::vector<Row> rows() {
        kCorrectness + "peft.type=lora peft.target_modules=all-linear peft.rank=4 peft.alpha=8 peft.adapter_path=" +
        std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_gqa_dora", 1,
        "adapter_config.json: use_dora true differs from the run's peft.type (lora)"},
-      {"correctness_lora_on_experts_not_yet", "bb-correctness", kMoe + "peft.type=lora peft.target_modules=up_proj", 1,
-       "LoRA on experts is not supported yet"},
+      // The fused experts are target_parameters (peft's ParamWrapper), never target_modules.
+      {"correctness_lora_up_proj_on_moe", "bb-correctness", kMoe + "peft.type=lora peft.target_modules=up_proj", 1,
+       "peft.target_modules names 'up_proj', which no linear layer of this model has (the fused MoE experts are "
+       "peft.target_parameters"},
+      {"correctness_lora_unknown_expert_parameter", "bb-correctness",
+       kMoe + "peft.type=lora peft.target_modules=q_proj peft.target_parameters=mlp.experts.w1", 1,
+       "peft.target_parameters names 'mlp.experts.w1', which is no expert weight of the model"},
+      {"correctness_lora_experts_with_dropout", "bb-correctness",
+       kMoe + "peft.type=lora peft.target_modules=q_proj peft.target_parameters=mlp.experts.down_proj peft.dropout=0.1",
+       1, "peft.target_parameters (LoRA on the expert weights) needs peft.type=lora and peft.dropout=0"},
+      {"correctness_lora_experts_merge_on_export", "bb-correctness",
+       kMoe + "peft.type=lora peft.target_modules=q_proj peft.target_parameters=mlp.experts.down_proj "
+       "peft.merge_on_export=true params_out={tmp}/merged_experts", 1,
+       "peft.merge_on_export with peft.target_parameters (adapters on the MoE experts) is not built"},
+      {"correctness_dora_with_dropout", "bb-correctness", kCorrectness + "peft.type=dora peft.dropout=0.1", 1,
+       "peft.dropout 0.1 with peft.type=dora is not supported"},
   };
   for (const char* key : kFloatKeys) {
     std::string name = std::string("correctness_nan_") + key;

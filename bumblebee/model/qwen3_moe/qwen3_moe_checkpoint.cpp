@@ -6,6 +6,7 @@
 
 #include "bumblebee/model/dense/dense_checkpoint.h"
 #include "bumblebee/primitive/ckpt/hf_weights.h"
+#include "bumblebee/primitive/modules/lora.h"
 
 namespace bb {
 
@@ -161,8 +162,9 @@ void load_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3Mo
       for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) loaded.insert(p + proj + ".weight");
     }
   }
-  for (const Parameter& p : store.params())
-    BB_CHECK(loaded.count(p.name), "parameter '", p.name, "' has no tensor in the model's checkpoint mapping");
+  for (const Parameter& p : store.params())   // LoRA adapters: peft_adapter.h loads them
+    BB_CHECK(loaded.count(p.name) || is_lora_param(p.name), "parameter '", p.name,
+             "' has no tensor in the model's checkpoint mapping");
   for (const std::string& n : ckpt.names())
     BB_CHECK(known.count(n), "checkpoint ", ckpt.dir(), " holds tensor '", n, "' that the model does not have");
 }

@@ -34,6 +34,9 @@ void mul(const Tensor& a, const Tensor& b, Tensor& out);
 void gather_columns(const Tensor& x, const ops::ColumnIndex& index, Tensor& y);
 void scatter_add_columns(const Tensor& dy, const ops::ColumnIndex& index, Tensor& dx, bool accumulate);
 
+// dropout.cpp
+void dropout_mask(Tensor& mask, uint64_t key, int64_t row_stride, int64_t col_offset, double p);
+
 // reduce.cpp
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);

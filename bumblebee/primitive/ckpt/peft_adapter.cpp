@@ -8,6 +8,7 @@
 #include "bumblebee/core/input_file.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/ckpt/hf_weights.h"
+#include "bumblebee/primitive/ckpt/peft_expert_adapter.h"
 #include "bumblebee/primitive/ckpt/safetensors.h"
 
 namespace bb {
@@ -31,9 +32,11 @@ int64_t layer_of(const std::string& name) {
 
 std::string peft_tensor_name(const std::string& param_name) { return kPrefix + param_name; }
 
-void export_lora_params(ParamStore& store, TensorParallel& tp, const WeightSink& sink) {
+void export_lora_params(ParamStore& store, TensorParallel& tp, dist::Communicator& ep, const WeightSink& sink) {
   for (Parameter& p : store.params())
-    if (is_lora_param(p.name)) sink(peft_tensor_name(p.name), gather_full(p, tp));
+    if (is_lora_param(p.name) && !is_expert_lora_param(p.name)) sink(peft_tensor_name(p.name), gather_full(p, tp));
+  if (store.lora() && !store.lora()->target_parameters.empty())
+    export_expert_lora_params(store, ep, *store.lora(), sink);
 }
 
 std::string peft_adapter_config(const LoraConfig& cfg, const std::string& base_model_name_or_path) {
@@ -53,6 +56,7 @@ std::string peft_adapter_config(const LoraConfig& cfg, const std::string& base_m
             {"target_modules", cfg.target_modules.size() == 1 && cfg.target_modules[0] == "all-linear"
                                    ? json("all-linear")
                                    : json(cfg.target_modules)}};
+  if (!cfg.target_parameters.empty()) c["target_parameters"] = cfg.target_parameters;
   return c.dump(2) + "\n";
 }
 
@@ -80,6 +84,10 @@ void load_peft_adapter(ParamStore& store, const std::string& dir, const LoraConf
   std::set<std::string> used;
   for (Parameter& p : store.params()) {
     if (!is_lora_param(p.name)) continue;
+    if (is_expert_lora_param(p.name)) {
+      load_expert_lora_param(p, file, cfg, base, used);
+      continue;
+    }
     const std::string name = peft_tensor_name(p.name);
     BB_CHECK(file.has(name), file.path(), " (adapter of '", base, "') lacks tensor '", name,
              "'; is peft.target_modules the adapter's target_modules?");

@@ -5,7 +5,8 @@
 //   base_model.model.<module>.lora_A.weight   [r, in]
 //   base_model.model.<module>.lora_B.weight   [out, r]
 //   base_model.model.<module>.lora_magnitude_vector   [out]   (DoRA)
-// (<module>: the HF module, e.g. model.layers.0.self_attn.q_proj). Tensors are
+// (<module>: the HF module, e.g. model.layers.0.self_attn.q_proj), and the
+// fused expert adapters of target_parameters (peft_expert_adapter.h). Tensors are
 // stored in the parameter dtype, as peft stores them. Loading checks every
 // tensor against the model's adapter parameters: a tensor the model has no
 // adapter for, a missing one or a shape that differs is an error naming the
@@ -14,6 +15,7 @@
 
 #include <string>
 
+#include "bumblebee/distributed/communicator.h"
 #include "bumblebee/primitive/ckpt/weight_mapping.h"
 #include "bumblebee/primitive/modules/lora.h"
 
@@ -23,8 +25,9 @@ namespace bb {
 std::string peft_tensor_name(const std::string& param_name);
 
 // Calls sink(peft name, full host tensor) for every adapter parameter of the
-// chunk, in registration order. Collective over the tp group.
-void export_lora_params(ParamStore& store, TensorParallel& tp, const WeightSink& sink);
+// chunk, in registration order, then for the expert adapters fused over
+// every ep rank's experts. Collective over the tp and the ep group.
+void export_lora_params(ParamStore& store, TensorParallel& tp, dist::Communicator& ep, const WeightSink& sink);
 
 // adapter_config.json's content for `cfg` (peft's LoraConfig fields; peft
 // fills the ones it lacks with its defaults).

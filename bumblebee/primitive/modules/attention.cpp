@@ -39,9 +39,9 @@ Tensor SelfAttention::forward(const Tensor& x, const SequenceLayout& seq, Saved&
   const int64_t D = cfg_.head_dim;
   s.x_full = tp_->enter(x);
   const int64_t T = s.x_full.size(0);
-  s.q_raw = q_proj_.forward(s.x_full).view({T, heads_local_, D});
-  s.k_raw = k_proj_.forward(s.x_full).view({T, kv_heads_local_, D});
-  s.v = v_proj_.forward(s.x_full).view({T, kv_heads_local_, D});
+  s.q_raw = q_proj_.forward(s.x_full, seq.lora_dropout).view({T, heads_local_, D});
+  s.k_raw = k_proj_.forward(s.x_full, seq.lora_dropout).view({T, kv_heads_local_, D});
+  s.v = v_proj_.forward(s.x_full, seq.lora_dropout).view({T, kv_heads_local_, D});
   Tensor q = s.q_raw, k = s.k_raw;
   if (cfg_.qk_norm) {
     q = q_norm_->forward(q, s.q_norm);
@@ -52,7 +52,7 @@ Tensor SelfAttention::forward(const Tensor& x, const SequenceLayout& seq, Saved&
   ops::rope_forward(q, seq.position_ids, inv_freq_, s.q);
   ops::rope_forward(k, seq.position_ids, inv_freq_, s.k);
   core_attention(seq, s);
-  Tensor y = o_proj_.forward(s.out.view({T, heads_local_ * D}));
+  Tensor y = o_proj_.forward(s.out.view({T, heads_local_ * D}), seq.lora_dropout);
   if (cfg_.recompute_core_attention) s.out = s.lse = Tensor();
   return y;
 }
@@ -74,7 +74,7 @@ Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, Save
   const int64_t D = cfg_.head_dim;
   const int64_t T = s.x_full.size(0);
   if (!s.out.defined()) core_attention(seq, s);   // selective recompute
-  Tensor d_out = o_proj_.backward(dy, s.out.view({T, heads_local_ * D})).view({T, heads_local_, D});
+  Tensor d_out = o_proj_.backward(dy, s.out.view({T, heads_local_ * D}), seq.lora_dropout).view({T, heads_local_, D});
   Tensor dq = Tensor::empty(s.q.shape(), dy.dtype(), dy.device());
   Tensor dk = Tensor::empty(s.k.shape(), dy.dtype(), dy.device());
   Tensor dv = Tensor::empty(s.v.shape(), dy.dtype(), dy.device());
@@ -92,9 +92,9 @@ Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, Save
     dk = k_norm_->backward(dk, s.k_norm);
   }
   Tensor dx_full;
-  q_proj_.backward(dq.view({T, heads_local_ * D}), s.x_full, dx_full, false);
-  k_proj_.backward(dk.view({T, kv_heads_local_ * D}), s.x_full, dx_full, true);
-  v_proj_.backward(dv.view({T, kv_heads_local_ * D}), s.x_full, dx_full, true);
+  q_proj_.backward(dq.view({T, heads_local_ * D}), s.x_full, dx_full, false, seq.lora_dropout);
+  k_proj_.backward(dk.view({T, kv_heads_local_ * D}), s.x_full, dx_full, true, seq.lora_dropout);
+  v_proj_.backward(dv.view({T, kv_heads_local_ * D}), s.x_full, dx_full, true, seq.lora_dropout);
   return tp_->enter_backward(dx_full);
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "bumblebee/core/tensor.h"
+#include "bumblebee/primitive/modules/lora_dropout.h"
 #include "bumblebee/primitive/modules/parameter.h"
 
 namespace bb {
@@ -35,6 +36,8 @@ struct SequenceLayout {
   RouterAuxLoss* router_aux = nullptr;
   // Router replay: the experts each MoE layer records or is given (null: none).
   RouterReplay* router_replay = nullptr;
+  // LoRA dropout of this microbatch (training with peft.dropout > 0; else the identity).
+  LoraDropout lora_dropout;
 };
 
 struct BlockState {

@@ -29,16 +29,17 @@ void ColumnParallelLinear::declare_lora(ParamStore& store, TensorParallel& tp) {
     lora_.emplace(store, *weight_, *store.lora(), tp);
 }
 
-Tensor ColumnParallelLinear::forward(const Tensor& x_full) const {
+Tensor ColumnParallelLinear::forward(const Tensor& x_full, const LoraDropout& drop) const {
   Tensor y = linear_forward(x_full, weight_->value);
-  if (lora_) lora_->forward(x_full, y);
+  if (lora_) lora_->forward(x_full, y, 0, drop);
   return y;
 }
 
-void ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x_full, Tensor& dx_full, bool accumulate_dx) {
+void ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x_full, Tensor& dx_full, bool accumulate_dx,
+                                    const LoraDropout& drop) {
   const Tensor dz = lora_ ? lora_->output_grad(dy, x_full) : dy;
   linear_backward(dz, x_full, weight_->value, weight_->grad, dx_full, accumulate_dx);
-  if (lora_) lora_->backward(dz, x_full, dx_full);
+  if (lora_) lora_->backward(dz, x_full, dx_full, 0, drop);
 }
 
 RowParallelLinear::RowParallelLinear(ParamStore& store, const std::string& name, int64_t in_features,
@@ -48,18 +49,18 @@ RowParallelLinear::RowParallelLinear(ParamStore& store, const std::string& name,
 }
 
 // The adapter's partial sums join the base's, so one reduction covers both.
-Tensor RowParallelLinear::forward(const Tensor& x_local) {
+Tensor RowParallelLinear::forward(const Tensor& x_local, const LoraDropout& drop) {
   Tensor y = linear_forward(x_local, weight_->value);
-  if (lora_) lora_->forward(x_local, y);
+  if (lora_) lora_->forward(x_local, y, 0, drop);
   return tp_->exit(y);
 }
 
-Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x_local) {
+Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x_local, const LoraDropout& drop) {
   Tensor dy_full = tp_->exit_backward(dy);
   if (lora_) dy_full = lora_->output_grad(dy_full, x_local);
   Tensor dx;
   linear_backward(dy_full, x_local, weight_->value, weight_->grad, dx, false);
-  if (lora_) lora_->backward(dy_full, x_local, dx);
+  if (lora_) lora_->backward(dy_full, x_local, dx, 0, drop);
   return dx;
 }
 

@@ -39,8 +39,10 @@ class ColumnParallelLinear {
   int64_t local_out() const { return weight_->local_shape[0]; }
   // The layer's LoRA adapter; null when it has none.
   LoraAdapter* lora() { return lora_ ? &*lora_ : nullptr; }
-  Tensor forward(const Tensor& x_full) const;
-  void backward(const Tensor& dy, const Tensor& x_full, Tensor& dx_full, bool accumulate_dx);
+  // `drop`: the microbatch's LoRA dropout (seq.lora_dropout); the default is the identity.
+  Tensor forward(const Tensor& x_full, const LoraDropout& drop = {}) const;
+  void backward(const Tensor& dy, const Tensor& x_full, Tensor& dx_full, bool accumulate_dx,
+                const LoraDropout& drop = {});
 
  private:
   Parameter* weight_;
@@ -53,8 +55,8 @@ class RowParallelLinear {
                     TensorParallel& tp);
   Parameter& weight() { return *weight_; }
   LoraAdapter* lora() { return lora_ ? &*lora_ : nullptr; }
-  Tensor forward(const Tensor& x_local);              // exits the tp region
-  Tensor backward(const Tensor& dy, const Tensor& x_local);   // returns dx_local
+  Tensor forward(const Tensor& x_local, const LoraDropout& drop = {});              // exits the tp region
+  Tensor backward(const Tensor& dy, const Tensor& x_local, const LoraDropout& drop = {});   // returns dx_local
 
  private:
   Parameter* weight_;

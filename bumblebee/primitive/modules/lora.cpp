@@ -30,6 +30,24 @@ bool LoraConfig::targets(const std::string& weight_name) const {
   return false;
 }
 
+namespace {
+// "gate_up_proj" matches "gate_up_proj", "experts.gate_up_proj" and "mlp.experts.gate_up_proj".
+bool names_expert_parameter(const std::string& target, const std::string& full) {
+  return full == target || full.ends_with("." + target);
+}
+}  // namespace
+
+bool LoraConfig::targets_expert_parameter(const std::string& param) const {
+  for (const std::string& t : target_parameters)
+    if (t.ends_with(param) && names_expert_parameter(t, "mlp.experts." + param)) return true;
+  return false;
+}
+
+const std::vector<std::string>& lora_expert_parameters() {
+  static const std::vector<std::string> names = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  return names;
+}
+
 const std::vector<std::string>& lora_linear_modules() {
   static const std::vector<std::string> names = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                  "gate_proj", "up_proj", "down_proj"};
@@ -37,8 +55,9 @@ const std::vector<std::string>& lora_linear_modules() {
 }
 
 void check_lora_config(const LoraConfig& cfg) {
-  BB_CHECK(!cfg.target_modules.empty(), "peft.target_modules is empty; name the HF modules to adapt (",
-           "e.g. q_proj,v_proj) or all-linear");
+  BB_CHECK(!cfg.target_modules.empty() || !cfg.target_parameters.empty(),
+           "peft.target_modules and peft.target_parameters are empty; name the HF modules to adapt (",
+           "e.g. q_proj,v_proj) or all-linear, or the expert weights (mlp.experts.gate_up_proj)");
   const auto& valid = lora_linear_modules();
   for (const std::string& t : cfg.target_modules) {
     if (t == "all-linear" || std::find(valid.begin(), valid.end(), t) != valid.end()) continue;
@@ -47,8 +66,23 @@ void check_lora_config(const LoraConfig& cfg) {
     BB_FAIL("peft.target_modules names '", t, "', which is no linear module of the model; valid: ", list.str(),
             "all-linear");
   }
+  for (const std::string& t : cfg.target_parameters) {
+    bool known = false;
+    for (const std::string& v : lora_expert_parameters()) known = known || names_expert_parameter(t, v);
+    BB_CHECK(known, "peft.target_parameters names '", t, "', which is no expert weight of the model; valid: ",
+             "mlp.experts.gate_up_proj, mlp.experts.down_proj");
+  }
+  // peft's ParamWrapper (target_parameters) cannot factor x out of B A dropout(x), nor take DoRA.
+  BB_CHECK(cfg.target_parameters.empty() || (cfg.dropout == 0.0 && !cfg.use_dora),
+           "peft.target_parameters (LoRA on the expert weights) needs peft.type=lora and peft.dropout=0, as HF ",
+           "peft's ParamWrapper does; got peft.type=", cfg.use_dora ? "dora" : "lora", ", peft.dropout ",
+           cfg.dropout);
   BB_CHECK(cfg.rank > 0, "peft.rank must be > 0, got ", cfg.rank);
-  BB_CHECK(cfg.dropout == 0.0, "peft.dropout ", cfg.dropout, " is not supported yet; LoRA trains with dropout 0");
+  BB_CHECK(cfg.dropout >= 0.0 && cfg.dropout < 1.0, "peft.dropout must be in [0, 1), got ", cfg.dropout);
+  // peft's DoRA with dropout adds (g - 1) W dropout(x) to the undropped base
+  // output, a second base-sized GEMM on another input; not built.
+  BB_CHECK(cfg.dropout == 0.0 || !cfg.use_dora, "peft.dropout ", cfg.dropout,
+           " with peft.type=dora is not supported; DoRA trains with peft.dropout=0");
 }
 
 bool is_lora_param(const std::string& name) {
@@ -113,13 +147,14 @@ void init_lora_params(ParamStore& store, uint64_t seed) {
 }
 
 LoraAdapter::LoraAdapter(ParamStore& store, const Parameter& base, const LoraConfig& cfg, TensorParallel& tp)
-    : base_(&base), scaling_(cfg.scaling()) {
+    : base_(&base), scaling_(cfg.scaling()), dropout_(cfg.dropout) {
   const int tp_rank = tp.rank(), tp_size = tp.size();
   const int64_t out = base.full_shape[0], in = base.full_shape[1], r = cfg.rank;
   BB_CHECK(r <= std::min(in, out), "peft.rank ", r, " is larger than the layer '", base.name, "' of shape ",
            shape_str(base.full_shape), " allows (at most min(in, out) = ", std::min(in, out), ")");
   const bool column = base.shard == ShardKind::Column;
   BB_CHECK(column || base.shard == ShardKind::Row, "LoRA on '", base.name, "' needs a column- or row-parallel weight");
+  if (!column) in_offset_ = int64_t(tp_rank) * (in / tp_size);
   a_ = &store.add(lora_param_name(base.name, "lora_A"), {r, in},
                   {column ? ShardKind::Replicated : ShardKind::Row, tp_rank, tp_size}, InitKind::KaimingUniform);
   b_ = &store.add(lora_param_name(base.name, "lora_B"), {out, r},
@@ -162,7 +197,13 @@ Tensor LoraAdapter::placed_b(int64_t width, int64_t col) const {
   return placed;
 }
 
-void LoraAdapter::forward(const Tensor& x, Tensor& y, int64_t col) const {
+Tensor LoraAdapter::adapter_input(const Tensor& x, const LoraDropout& drop) const {
+  if (!dropping(drop)) return x;
+  return lora_dropout_input(x, dropout_, drop, base_->name, base_->full_shape[1], in_offset_);
+}
+
+void LoraAdapter::forward(const Tensor& x_in, Tensor& y, int64_t col, const LoraDropout& drop) const {
+  const Tensor x = adapter_input(x_in, drop);
   Tensor u = Tensor::empty({x.size(0), a_->value.size(0)}, x.dtype(), x.device());
   ops::matmul(x, false, a_->value, true, u);
   ops::matmul(u, false, placed_b(y.size(1), col), true, y, scaling_, 1.0);
@@ -191,7 +232,8 @@ Tensor LoraAdapter::output_grad(const Tensor& dy, const Tensor& x, int64_t col) 
   return dz;
 }
 
-void LoraAdapter::backward(const Tensor& dy, const Tensor& x, Tensor& dx, int64_t col) {
+void LoraAdapter::backward(const Tensor& dy, const Tensor& x_in, Tensor& dx, int64_t col, const LoraDropout& drop) {
+  const Tensor x = adapter_input(x_in, drop);
   const int64_t T = x.size(0), r = a_->value.size(0), out = b_->value.size(0);
   Tensor u = Tensor::empty({T, r}, x.dtype(), x.device());
   ops::matmul(x, false, a_->value, true, u);
@@ -208,7 +250,14 @@ void LoraAdapter::backward(const Tensor& dy, const Tensor& x, Tensor& dx, int64_
     }
   }
   if (a_->requires_grad()) ops::matmul(g, true, x, false, a_->grad, scaling_, 1.0);
-  ops::matmul(g, false, a_->value, false, dx, scaling_, 1.0);
+  if (!dropping(drop)) {
+    ops::matmul(g, false, a_->value, false, dx, scaling_, 1.0);
+    return;
+  }
+  Tensor dx_adapter = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
+  ops::matmul(g, false, a_->value, false, dx_adapter, scaling_);
+  lora_dropout_backward(dx_adapter, dropout_, drop, base_->name, base_->full_shape[1], in_offset_);
+  ops::add_(dx, dx_adapter);
 }
 
 }  // namespace bb

@@ -27,11 +27,15 @@
 // partial sum, joins the other replicated parameters' reduction). m starts
 // as the norm itself (init_dora_magnitudes), so a fresh adapter is the base.
 // Backward recomputes z = x (W + s B A)^T: one base-sized GEMM more than LoRA.
+//
+// With dropout p > 0 (peft's lora_dropout, training only) the adapter reads
+// dropout(x) instead of x (lora_dropout.h); DoRA with dropout is refused.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "bumblebee/primitive/modules/lora_dropout.h"
 #include "bumblebee/primitive/modules/parameter.h"
 #include "bumblebee/primitive/parallel/tensor_parallel.h"
 
@@ -39,6 +43,9 @@ namespace bb {
 
 struct LoraConfig {
   std::vector<std::string> target_modules;   // HF module names (q_proj, ...) or "all-linear"
+  // peft's target_parameters: the fused MoE expert weights (moe/expert_lora.h),
+  // "mlp.experts.gate_up_proj", "mlp.experts.down_proj" (or a dot-suffix of them).
+  std::vector<std::string> target_parameters;
   int64_t rank = 8;                          // peft's r
   double alpha = 8.0;                        // peft's lora_alpha
   double dropout = 0.0;                      // peft's lora_dropout
@@ -47,12 +54,18 @@ struct LoraConfig {
   double scaling() const;
   // Whether the linear layer whose weight is `weight_name` (".../q_proj.weight") gets an adapter.
   bool targets(const std::string& weight_name) const;
+  // Whether the fused expert weight `param` (gate_up_proj or down_proj) gets adapters.
+  bool targets_expert_parameter(const std::string& param) const;
 };
 
 // The HF module names a dense decoder's linear layers have.
 const std::vector<std::string>& lora_linear_modules();
+// The fused MoE expert weights target_parameters may name, as transformers names them.
+const std::vector<std::string>& lora_expert_parameters();
 // Checks target_modules against lora_linear_modules (the error lists them) and
-// the rank and dropout, with messages naming the peft.* key and value.
+// target_parameters against lora_expert_parameters, the rank and dropout
+// (0 <= p < 1; 0 under DoRA and with expert adapters, as peft requires),
+// with messages naming the peft.* key and value.
 void check_lora_config(const LoraConfig& cfg);
 // Whether a parameter is a LoRA adapter's (its name ends in .lora_A.weight,
 // .lora_B.weight or DoRA's .lora_magnitude_vector).
@@ -88,14 +101,16 @@ class LoraAdapter {
   // then the partial sums before the tp reduction); `col` places the output
   // inside a fused GEMM's wider result (gate|up). DoRA then scales those
   // columns by g (y must hold the base output x W^T there already).
-  void forward(const Tensor& x, Tensor& y, int64_t col = 0) const;
+  // `drop` is the microbatch's dropout state (seq.lora_dropout).
+  void forward(const Tensor& x, Tensor& y, int64_t col = 0, const LoraDropout& drop = {}) const;
   // The gradient the base GEMM and backward() take for that y: dy itself
   // for LoRA; for DoRA dm += sum_t dy z / ||.|| (skipped when frozen) and
   // dy with its columns [col, col + out) scaled by g.
   Tensor output_grad(const Tensor& dy, const Tensor& x, int64_t col = 0);
   // With dy the gradient of that y: dA += s (dy B)^T x, dB += s dy^T (x A^T)
-  // (each skipped when frozen) and dx += s (dy B) A.
-  void backward(const Tensor& dy, const Tensor& x, Tensor& dx, int64_t col = 0);
+  // (each skipped when frozen) and dx += s (dy B) A; with dropout x is the
+  // forward's dropout(x) and the dx term goes through the same mask.
+  void backward(const Tensor& dy, const Tensor& x, Tensor& dx, int64_t col = 0, const LoraDropout& drop = {});
 
  private:
   const Parameter* base_;
@@ -104,6 +119,11 @@ class LoraAdapter {
   Parameter* m_ = nullptr;
   TensorParallel* row_reduce_ = nullptr;   // the tp group of a row-parallel base
   double scaling_;
+  double dropout_;
+  int64_t in_offset_ = 0;   // a row-parallel base's first local input feature
+  // x itself, or dropout(x) when `drop` is training and p > 0.
+  Tensor adapter_input(const Tensor& x, const LoraDropout& drop) const;
+  bool dropping(const LoraDropout& drop) const { return drop.training && dropout_ > 0.0; }
   // DoRA: W + s B A placed at rows [col, col + out) of a zero [width, in]
   // matrix, and the norms of its rows.
   Tensor placed_direction(int64_t width, int64_t col, std::vector<double>& norm) const;

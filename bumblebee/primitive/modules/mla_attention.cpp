@@ -78,13 +78,13 @@ Tensor MLAttention::forward(const Tensor& x, const SequenceLayout& seq, std::uni
   Tensor q;
   if (q_a_proj_) {
     s->q_a_normed = q_a_layernorm_->forward(linear_forward(s->x_full, q_a_proj_->value), s->q_a_norm);
-    q = q_b_proj_->forward(s->q_a_normed);
+    q = q_b_proj_->forward(s->q_a_normed, seq.lora_dropout);
   } else {
-    q = q_b_proj_->forward(s->x_full);
+    q = q_b_proj_->forward(s->x_full, seq.lora_dropout);
   }
   const Tensor kv_a = linear_forward(s->x_full, kv_a_proj_->value);
   s->c_normed = kv_a_layernorm_->forward(sel_c_.forward(kv_a), s->kv_a_norm);
-  const Tensor kv_b = kv_b_proj_->forward(s->c_normed).view({T * Hl, cfg_.qk_nope_head_dim + Dv});
+  const Tensor kv_b = kv_b_proj_->forward(s->c_normed, seq.lora_dropout).view({T * Hl, cfg_.qk_nope_head_dim + Dv});
 
   const Tensor q_heads = q.view({T * Hl, Dqk});
   Tensor q_rope = sel_q_rope_.forward(q_heads);
@@ -115,7 +115,7 @@ Tensor MLAttention::forward(const Tensor& x, const SequenceLayout& seq, std::uni
   } else {
     ops::attention_forward(s->q, s->k, s->v, seq.cu_seqlens, seq.max_seqlen, cfg_.softmax_scale, s->out, s->lse);
   }
-  Tensor y = o_proj_->forward(s->out.view({T, Hl * Dv}));
+  Tensor y = o_proj_->forward(s->out.view({T, Hl * Dv}), seq.lora_dropout);
   state = std::move(s);
   return y;
 }
@@ -125,7 +125,7 @@ Tensor MLAttention::backward(const Tensor& dy, const SequenceLayout& seq, std::u
   Saved& s = static_cast<Saved&>(*state);
   const int64_t Hl = heads_local_, Dqk = cfg_.qk_head_dim(), R = cfg_.qk_rope_head_dim, Dv = cfg_.v_head_dim;
   const int64_t T = s.x_full.size(0);
-  Tensor d_out = o_proj_->backward(dy, s.out.view({T, Hl * Dv})).view({T, Hl, Dv});
+  Tensor d_out = o_proj_->backward(dy, s.out.view({T, Hl * Dv}), seq.lora_dropout).view({T, Hl, Dv});
   Tensor dq = Tensor::empty(s.q.shape(), dy.dtype(), dy.device());
   Tensor dk = Tensor::empty(s.k.shape(), dy.dtype(), dy.device());
   Tensor dv = Tensor::empty(s.v.shape(), dy.dtype(), dy.device());
@@ -155,7 +155,7 @@ Tensor MLAttention::backward(const Tensor& dy, const SequenceLayout& seq, std::u
   sel_k_nope_.backward(att_nope_.forward(dk_heads), d_kv_b, false);
   sel_v_.backward(dv.view({T * Hl, Dv}), d_kv_b, true);
   Tensor d_c;
-  kv_b_proj_->backward(d_kv_b.view({T, Hl * (cfg_.qk_nope_head_dim + Dv)}), s.c_normed, d_c, false);
+  kv_b_proj_->backward(d_kv_b.view({T, Hl * (cfg_.qk_nope_head_dim + Dv)}), s.c_normed, d_c, false, seq.lora_dropout);
   Tensor d_kv_a;
   sel_c_.backward(kv_a_layernorm_->backward(d_c, s.kv_a_norm), d_kv_a, false);
   sel_k_rope_.backward(dk_rope, d_kv_a, true);
@@ -169,11 +169,11 @@ Tensor MLAttention::backward(const Tensor& dy, const SequenceLayout& seq, std::u
   d_q = d_q.view({T, Hl * Dqk});
   if (q_a_proj_) {
     Tensor d_q_a;
-    q_b_proj_->backward(d_q, s.q_a_normed, d_q_a, false);
+    q_b_proj_->backward(d_q, s.q_a_normed, d_q_a, false, seq.lora_dropout);
     linear_backward(q_a_layernorm_->backward(d_q_a, s.q_a_norm), s.x_full, q_a_proj_->value, q_a_proj_->grad,
                     dx_full, true);
   } else {
-    q_b_proj_->backward(d_q, s.x_full, dx_full, true);
+    q_b_proj_->backward(d_q, s.x_full, dx_full, true, seq.lora_dropout);
   }
   state.reset();
   return tp_->enter_backward(dx_full);

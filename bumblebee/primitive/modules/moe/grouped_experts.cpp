@@ -18,15 +18,21 @@ GroupedExperts::GroupedExperts(ParamStore& store, const std::string& prefix, int
   for (int64_t e = first_expert; e < first_expert + local_experts; ++e) {
     const std::string p = prefix + std::to_string(e) + ".";
     Expert x;
-    for (const char* m : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"})
-      BB_CHECK(!store.lora() || !store.lora()->targets(p + m), "peft.target_modules targets the MoE expert weight '",
-               p, m, "': LoRA on experts is not supported yet; target the attention projections");
     x.gate = &store.add(p + "gate_proj.weight", {ffn, hidden}, column, InitKind::Normal, ParamClass::Expert);
     x.up = &store.add(p + "up_proj.weight", {ffn, hidden}, column, InitKind::Normal, ParamClass::Expert);
     x.down = &store.add(p + "down_proj.weight", {hidden, ffn}, row, InitKind::Normal, ParamClass::Expert);
     store.keep_together(*x.gate, *x.up);
     experts_.push_back(x);
   }
+  // peft's target_modules reach nn.Linear modules only, never the fused experts.
+  const LoraConfig* lora = store.lora();
+  if (!lora || lora->target_parameters.empty()) return;
+  BB_CHECK(!split, "peft.target_parameters (LoRA on the expert weights) with backend.parallel.etp = ", etp.tp_size,
+           " > 1 is not supported; use etp = 1");
+  if (lora->targets_expert_parameter("gate_up_proj"))
+    gate_up_lora_.emplace(store, prefix, "gate_up_proj", first_expert, local_experts, hidden, 2 * ffn, *lora);
+  if (lora->targets_expert_parameter("down_proj"))
+    down_lora_.emplace(store, prefix, "down_proj", first_expert, local_experts, ffn, hidden, *lora);
 }
 
 std::vector<Tensor> GroupedExperts::gate_up_values() const {
@@ -47,10 +53,12 @@ Tensor GroupedExperts::forward(const Tensor& x, const std::vector<int64_t>& offs
   saved.offsets = offsets;
   saved.gate_up = Tensor::empty({n, 2 * ffn_}, x.dtype(), x.device());
   ops::grouped_gemm(x, gate_up_values(), true, offsets, saved.gate_up);
+  if (gate_up_lora_) gate_up_lora_->forward(x, offsets, saved.gate_up);
   saved.h = Tensor::empty({n, ffn_}, x.dtype(), x.device());
   ops::swiglu_forward(saved.gate_up, saved.h);
   Tensor y = Tensor::empty({n, hidden_}, x.dtype(), x.device());
   ops::grouped_gemm(saved.h, down_values(), true, offsets, y);
+  if (down_lora_) down_lora_->forward(saved.h, offsets, y);
   if (recompute_activation_) saved.h = Tensor();
   return y;
 }
@@ -64,6 +72,7 @@ Tensor GroupedExperts::backward(const Tensor& dy, Saved& saved) {
   const std::vector<Tensor> gate_up = gate_up_values();
   Tensor dh = Tensor::empty({n, ffn_}, dy.dtype(), dy.device());
   ops::grouped_gemm(dy, down_values(), false, saved.offsets, dh);
+  if (down_lora_) down_lora_->backward(dy, saved.h, saved.offsets, dh);
   Tensor dgate_up = Tensor::empty({n, 2 * ffn_}, dy.dtype(), dy.device());
   ops::swiglu_backward(dh, saved.gate_up, dgate_up);
   // Experts share one parameter group: all are frozen (no gradients) or none.
@@ -78,6 +87,7 @@ Tensor GroupedExperts::backward(const Tensor& dy, Saved& saved) {
   }
   Tensor dx = Tensor::empty({n, hidden_}, dy.dtype(), dy.device());
   ops::grouped_gemm(dgate_up, gate_up, false, saved.offsets, dx);
+  if (gate_up_lora_) gate_up_lora_->backward(dgate_up, saved.x, saved.offsets, dx);
   return dx;
 }
 

@@ -20,13 +20,19 @@
 // so forward returns this rank's partial sum of y, which the token dispatcher
 // reduces over etp; backward's dx is partial the same way.
 //
+// With LoRA on the expert weights (the store's LoraConfig target_parameters)
+// each expert's adapters follow its weights (moe/expert_lora.h), declared
+// after all the block's experts.
+//
 // With recompute_activation (selective recompute's `mlp` module) forward
 // drops h once down has used it, and backward rebuilds it from gate_up.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bumblebee/primitive/modules/moe/expert_lora.h"
 #include "bumblebee/primitive/modules/parameter.h"
 
 namespace bb {
@@ -61,6 +67,7 @@ class GroupedExperts {
   int64_t hidden_, ffn_;   // ffn_: this etp rank's part of the FFN dimension
   bool recompute_activation_;
   std::vector<Expert> experts_;
+  std::optional<ExpertLora> gate_up_lora_, down_lora_;
 };
 
 }  // namespace bb
