@@ -13,7 +13,10 @@
 // FILE.json is a list of equal-length token-id lists (B sequences of T). Prints
 // one JSON object: loss (mean next-token cross entropy over B*(T-1)
 // positions, plus router_aux_loss_coef x aux_loss for MoE models with
-// output_router_logits, which then also print aux_loss), grad_norm,
+// output_router_logits, which then also print aux_loss; plus the scaled
+// multi-token prediction loss for deepseek_v3 with MTP layers, which then
+// also prints mtp_loss, the unscaled mean over depths and this rank's
+// microbatches), grad_norm,
 // per_param_grad_norm (by the checkpoint's names: fused experts as their
 // fused tensors), losses (the loss
 // before each of N AdamW steps), and with logits_out the float32 logits
@@ -254,6 +257,12 @@ int run(int argc, char** argv) {
       out["loss"] = res.loss;
       // MoE models with output_router_logits: loss is HF's total (cross entropy + coef x aux_loss).
       if (res.metrics.count("aux_loss")) out["aux_loss"] = res.aux_loss;
+      // Multi-token prediction: loss is the total; mtp_loss the mean over depths and microbatches (this rank's).
+      if (res.metrics.count("mtp_loss")) {
+        double sum = 0;
+        for (double v : res.metrics.at("mtp_loss")) sum += v;
+        out["mtp_loss"] = sum / double(res.metrics.at("mtp_loss").size());
+      }
       out["per_param_grad_norm"] = per_param_grad_norms(*rt, h, total_sq);
       const std::string dir = args.str("hf_path");
       if (std::filesystem::exists(dir + "/model.safetensors") ||

@@ -38,6 +38,7 @@ namespace bb {
 struct DeviceMicroBatch {
   Tensor input_ids;     // [T] int64
   Tensor labels;        // [T] int64: label of position t is the next token of its sequence
+  Tensor loss_mask;     // [T] loss (stat) dtype: 1 where position t is scored (multi-token prediction reads it)
   SequenceLayout seq;   // position_ids [T], cu_seqlens [S+1], max_seqlen
   int64_t num_tokens = 0;        // T, padding included
   // This microbatch's share of the step's auxiliary loss (its loss tokens over

@@ -357,6 +357,7 @@ void scatter_add_columns(const Tensor& dy, const ColumnIndex& index, Tensor& dx,
     BB_DISPATCH_CPU(scatter_add_columns, dy, index, dx, accumulate);
   }
   BB_DISPATCH_CUDA(scatter_add_columns, dy, index, dx, accumulate);
+}
 
 // ---- dropout ------------------------------------------------------------------------------
 

@@ -76,6 +76,9 @@ struct BBConfig {
   // MoE models: weight of the router load-balancing loss; unset: the model
   // config's (config.json's router_aux_loss_coef). Dense models reject it.
   std::optional<double> router_aux_loss_coef;
+  // Multi-token prediction (deepseek_v3): weight of the MTP loss; unset: the
+  // model config's (0.1). Models without MTP reject it.
+  std::optional<double> mtp_loss_scaling_factor;
   bool load_hf_weights = true;        // false: random init from config.json alone
   // Parameters to freeze (no gradient, no optimizer state): a regular
   // expression matched against whole HF names, e.g. "model\\.embed_tokens\\..*"

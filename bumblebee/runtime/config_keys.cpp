@@ -139,6 +139,14 @@ void ConfigSchema::add_runtime_keys() {
             bb_of(c).router_aux_loss_coef = v.is_null() ? std::optional<double>() : std::optional<double>(v.get<double>());
           })
           .in_float_range(0.0, kInf));
+  add(key("backend.mtp_loss_scaling_factor", "backend", T::Float, json(),
+          "multi-token prediction (deepseek_v3 with num_nextn_predict_layers > 0): weight of the MTP loss, the loss "
+          "adding factor / depths x sum of the depths' losses; unset (null): the model's default 0.1",
+          [](RuntimeConfig& c, const json& v) {
+            bb_of(c).mtp_loss_scaling_factor =
+                v.is_null() ? std::optional<double>() : std::optional<double>(v.get<double>());
+          })
+          .in_float_range(0.0, kInf));
   add(key("backend.frozen_params", "backend", T::String, b.frozen_params,
           "regular expression over HF parameter names to freeze (no gradient, no optimizer state); empty: none",
           [](RuntimeConfig& c, const json& v) { bb_of(c).frozen_params = v; }));

@@ -135,6 +135,7 @@ PreparedMicroBatch prepare_microbatch(const PackedBatch& mb_in, int64_t vocab_si
   d.seq.max_seqlen = max_len;
   d.num_tokens = n;
   out.device_loss_mask = Tensor::from_doubles(out.loss_mask, {n}, loss_dtype).to(dev);
+  d.loss_mask = out.device_loss_mask;
   return out;
 }
 

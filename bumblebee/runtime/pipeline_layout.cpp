@@ -11,7 +11,7 @@ namespace {
 
 struct Piece {
   bool embedding = false, loss = false;
-  int64_t layers = 0;
+  int64_t layers = 0, mtp = 0;
 };
 
 // One piece's items ("E,t*5" or "t,L"); `where` names it for errors.
@@ -45,6 +45,7 @@ Piece parse_piece(const std::string& text, const std::string& layout, size_t ind
         break;
       case 't':
         if (p.loss) fail_where("L (the loss head) must be the last item");
+        if (p.mtp > 0) fail_where("m (MTP layers) must follow the stage's decoder layers");
         p.layers += count;
         break;
       case 'L':
@@ -52,10 +53,11 @@ Piece parse_piece(const std::string& text, const std::string& layout, size_t ind
         p.loss = true;
         break;
       case 'm':
-        fail_where("'m' (MTP layers) is reserved; multi-token prediction is not implemented yet");
+        if (p.loss) fail_where("L (the loss head) must be the last item");
+        p.mtp += count;
         break;
       default:
-        fail_where(std::string("unknown item '") + c + "' (expected E, t, t*N, L)");
+        fail_where(std::string("unknown item '") + c + "' (expected E, t, t*N, m, m*N, L)");
     }
     ++item;
   }
@@ -80,7 +82,8 @@ std::vector<Piece> parse_layout(const std::string& layout) {
 
 }  // namespace
 
-PipelineLayout make_pipeline_layout(const std::string& pp_layout, int64_t num_layers, int pp, int vpp) {
+PipelineLayout make_pipeline_layout(const std::string& pp_layout, int64_t num_layers, int pp, int vpp,
+                                    int64_t mtp_layers) {
   BB_CHECK(pp >= 1 && vpp >= 1, "pipeline sizes must be >= 1: pp ", pp, ", vpp ", vpp);
   BB_CHECK(vpp == 1 || pp > 1, "vpp = ", vpp, " > 1 needs pp > 1 (virtual stages interleave pipeline ranks)");
   const int64_t n = int64_t(pp) * vpp;
@@ -93,9 +96,13 @@ PipelineLayout make_pipeline_layout(const std::string& pp_layout, int64_t num_la
     pieces = parse_layout(pp_layout);
     BB_CHECK(int64_t(pieces.size()) == n, "pp_layout '", pp_layout, "' has ", pieces.size(),
              " stages, but pp * vpp = ", n, " (pp ", pp, ", vpp ", vpp, ")");
-    int64_t total = 0;
+    int64_t total = 0, mtp = 0;
     for (size_t i = 0; i < pieces.size(); ++i) {
       total += pieces[i].layers;
+      mtp += pieces[i].mtp;
+      BB_CHECK(pieces[i].mtp == 0 || pieces[i].loss, "pp_layout '", pp_layout, "': m (MTP layers) must be in the ",
+               "last stage, before L: they take the main model's final hidden states; stage ", i, " has ",
+               pieces[i].mtp);
       BB_CHECK(pieces[i].embedding == (i == 0), "pp_layout '", pp_layout, "': E (the embedding) must be in stage 0 ",
                "and only there; stage ", i, (pieces[i].embedding ? " has it" : " lacks it"));
       BB_CHECK(pieces[i].loss == (i + 1 == pieces.size()), "pp_layout '", pp_layout, "': L (the loss head) must be in ",
@@ -103,6 +110,8 @@ PipelineLayout make_pipeline_layout(const std::string& pp_layout, int64_t num_la
     }
     BB_CHECK(total == num_layers, "pp_layout '", pp_layout, "' places ", total, " decoder layers, but the model has ",
              "num_hidden_layers = ", num_layers);
+    BB_CHECK(mtp == mtp_layers, "pp_layout '", pp_layout, "' places ", mtp, " MTP layers (m), but the model has ",
+             "num_nextn_predict_layers = ", mtp_layers, mtp_layers > 0 ? "; write them as m*N before L" : "");
   }
   PipelineLayout out;
   out.pp = pp;

@@ -157,6 +157,7 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   // Model packages parse json, not files: the file's path is added here.
   nlohmann::json overrides = bcfg.model_overrides;
   if (bcfg.router_aux_loss_coef) overrides["router_aux_loss_coef"] = *bcfg.router_aux_loss_coef;
+  if (bcfg.mtp_loss_scaling_factor) overrides["mtp_loss_scaling_factor"] = *bcfg.mtp_loss_scaling_factor;
   nlohmann::json model_cfg;
   try {
     model_cfg = st->protocol->build_model_config(st->hf_config, overrides);
@@ -193,7 +194,8 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
     BB_CHECK(model_cfg.contains("num_layers") && model_cfg.contains("hidden_size"), "pipeline parallelism needs ",
              "the model config's num_layers and hidden_size; model '", model_cfg.value("model_type", std::string("?")),
              "' has none");
-    st->layout = make_pipeline_layout(pc.pp_layout, model_cfg.at("num_layers").get<int64_t>(), pc.pp, pc.vpp);
+    st->layout = make_pipeline_layout(pc.pp_layout, model_cfg.at("num_layers").get<int64_t>(), pc.pp, pc.vpp,
+                                      model_cfg.value("num_nextn_predict_layers", int64_t(0)));
   } else {
     st->layout.pieces = {LayerRange{}};
   }

@@ -53,7 +53,7 @@ inline const std::vector<std::string>& fixture_names() {
   static const std::vector<std::string> n = {"qwen3_gqa",       "qwen3_mha_sharded", "qwen3_tp",
                                              "llama3_gqa",      "llama3_tied_f16",   "qwen3_moe_experts",
                                              "qwen3_moe_fused", "qwen3_moe_mixed",   "deepseek_v3_mla",
-                                             "deepseek_v3_qproj"};
+                                             "deepseek_v3_qproj", "deepseek_v3_mtp"};
   return n;
 }
 

@@ -1,5 +1,6 @@
 // Every registered model against HF transformers: logits, loss (with the MoE
-// auxiliary loss where the fixture has it on), global and per-parameter
+// auxiliary loss where the fixture has it on, and the multi-token prediction
+// loss, main and MTP loss apart, where the fixture has an MTP layer), global and per-parameter
 // gradient norms (under the checkpoint's names) and a 5-step AdamW
 // trajectory, in float64 (HF's model code evaluated in float64) and float32.
 #include <gtest/gtest.h>
@@ -60,6 +61,12 @@ void check_fixture(const std::string& name, const std::string& dtype, const Tole
       EXPECT_LT(rel(r.loss, ref["loss"].get<double>()), tol.loss) << name << " loss";
       if (ref.contains("aux_loss")) EXPECT_LT(rel(r.aux_loss, ref["aux_loss"].get<double>()), tol.loss) << name;
       else EXPECT_EQ(r.aux_loss, 0.0) << name;
+      // Multi-token prediction: the main and the MTP loss apart (the loss above is main + scale x mtp).
+      if (ref.contains("mtp_loss")) {
+        ASSERT_TRUE(r.metrics.count("mtp_loss")) << name << ": no mtp_loss metric";
+        EXPECT_LT(rel(r.metrics["mtp_loss"].at(0), ref["mtp_loss"].get<double>()), tol.loss) << name << " mtp_loss";
+        EXPECT_LT(rel(r.metrics["loss"].at(0), ref["main_loss"].get<double>()), tol.loss) << name << " main loss";
+      }
       double total = 0;
       std::map<std::string, double> squares;   // by checkpoint name (fused experts sum their parts)
       for (const Parameter& p : h.model().params().params()) {

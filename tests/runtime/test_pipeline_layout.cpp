@@ -11,9 +11,9 @@ namespace {
 using bb::LayerRange;
 using bb::make_pipeline_layout;
 
-std::string error_of(const std::string& layout, int64_t layers, int pp, int vpp) {
+std::string error_of(const std::string& layout, int64_t layers, int pp, int vpp, int64_t mtp = 0) {
   try {
-    make_pipeline_layout(layout, layers, pp, vpp);
+    make_pipeline_layout(layout, layers, pp, vpp, mtp);
   } catch (const bb::Error& e) {
     return e.what();
   }
@@ -52,6 +52,12 @@ TEST(PipelineLayout, BalancedSplitGivesEarlierStagesTheRemainder) {
   expect_pieces(make_pipeline_layout("", 3, 1, 1), {{0, 3, true, true}});
 }
 
+TEST(PipelineLayout, MtpLayersGoWithTheLossHead) {
+  expect_pieces(make_pipeline_layout("E,t|t,m,L", 2, 2, 1, 1), {{0, 1, true, false}, {1, 2, false, true}});
+  expect_pieces(make_pipeline_layout("E,t*2|m*2,L", 2, 2, 1, 2), {{0, 2, true, false}, {2, 2, false, true}});
+  expect_pieces(make_pipeline_layout("", 4, 2, 1, 1), {{0, 2, true, false}, {2, 4, false, true}});
+}
+
 TEST(PipelineLayout, ErrorsNameTheNumbers) {
   EXPECT_NE(error_of("E,t*5|t*6,L", 12, 2, 1).find("places 11 decoder layers, but the model has num_hidden_layers = 12"),
             std::string::npos);
@@ -63,7 +69,15 @@ TEST(PipelineLayout, ErrorsNameTheNumbers) {
   EXPECT_NE(error_of("E,t,L|t", 2, 2, 1).find("L (the loss head) must be in the last stage 1 and only there; stage 0 has it"),
             std::string::npos);
   EXPECT_NE(error_of("E,t|L,t", 2, 2, 1).find("L (the loss head) must be the last item"), std::string::npos);
-  EXPECT_NE(error_of("E,t|t,m,L", 2, 2, 1).find("'m' (MTP layers) is reserved"), std::string::npos);
+  EXPECT_NE(error_of("E,t|t,m,L", 2, 2, 1).find("places 1 MTP layers (m), but the model has num_nextn_predict_layers = 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("E,t,m|t,L", 2, 2, 1, 1).find("m (MTP layers) must be in the last stage, before L"),
+            std::string::npos);
+  EXPECT_NE(error_of("E,t|m,t,L", 2, 2, 1, 1).find("m (MTP layers) must follow the stage's decoder layers"),
+            std::string::npos);
+  EXPECT_NE(error_of("E,t|t,L", 2, 2, 1, 1).find("places 0 MTP layers (m), but the model has "
+                                               "num_nextn_predict_layers = 1; write them as m*N before L"),
+            std::string::npos);
   EXPECT_NE(error_of("E,x|t,L", 2, 2, 1).find("unknown item 'x'"), std::string::npos);
   EXPECT_NE(error_of("E,t*|t,L", 2, 2, 1).find("'t*' needs a count"), std::string::npos);
   EXPECT_NE(error_of("", 3, 2, 2).find("num_hidden_layers 3 cannot fill pp * vpp = 4"), std::string::npos);

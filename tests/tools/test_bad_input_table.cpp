@@ -349,7 +349,7 @@ std::vector<Row> rows() {
        "hf_path={tmp}/moe_mixed_layouts tokens=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/qwen3_moe_fused/tokens.json", 1,
        "layer 0 holds its experts both fused ('model.layers.0.mlp.experts.gate_up_proj') and per expert "
        "('model.layers.0.mlp.experts.0.gate_proj.weight')"},
-      // DeepSeek-V3 config fields out of range, and multi-token prediction (not built yet).
+      // DeepSeek-V3 config fields out of range, an MTP layer the checkpoint lacks, a negative MTP loss weight.
       {"correctness_dsv3_kv_lora_rank_zero", "bb-correctness",
        kDeepseek + "'backend.model_overrides={\"kv_lora_rank\": 0}'", 1, "deepseek_v3: kv_lora_rank must be > 0, got 0"},
       {"correctness_dsv3_topk_group_above_n_group", "bb-correctness",
@@ -360,7 +360,9 @@ std::vector<Row> rows() {
        "deepseek_v3: n_routed_experts 8 is not divisible by n_group 3"},
       {"correctness_dsv3_mtp", "bb-correctness",
        kDeepseek + "'backend.model_overrides={\"num_nextn_predict_layers\": 1}'", 1,
-       "multi-token prediction is not built yet"},
+       "lacks tensor 'model.layers.3."},
+      {"correctness_dsv3_mtp_scale_negative", "bb-correctness", kDeepseek + "backend.mtp_loss_scaling_factor=-1", 1,
+       "backend.mtp_loss_scaling_factor"},
       {"correctness_moe_aux_loss_type", "bb-correctness",
        kMoe + "'backend.model_overrides={\"moe_aux_loss_type\": \"switch\"}'", 1,
        "moe_aux_loss_type 'switch' is not one of hf, megatron"},

@@ -3,8 +3,10 @@
 // the exported parameters) to 1e-10, on both HF fixtures (MLA with and
 // without q_lora_rank): tensor parallelism (heads split, the compressed kv
 // path replicated), expert parallelism, expert tensor parallelism, data
-// parallelism, tp with ep carved across it, and a two-stage pipeline
-// (without multi-token prediction).
+// parallelism, tp with ep carved across it, and a two-stage pipeline; and
+// on the multi-token prediction fixture (its loss, the MTP layer's
+// parameters) under tp, ep, dp, tp x ep and a pipeline whose last stage
+// holds the MTP layer (`m`).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -31,7 +33,7 @@ class DeepseekV3ParallelParity : public ::testing::TestWithParam<Layout> {
  protected:
   static fs::path tmp() { return fs::temp_directory_path() / ("bb_dsv3_" + std::to_string(::getpid())); }
   static const std::string& tokens() {
-    static const std::string t = test::random_tokens_file("bb_dsv3_tokens", 11, 8, 9, 89);
+    static const std::string t = test::random_tokens_file("bb_dsv3_tokens", 11, 8, 9, 83);   // the smallest vocab
     return t;
   }
   static nlohmann::json run(const std::string& fixture, int ranks, const std::string& args, const fs::path& out) {
@@ -74,6 +76,12 @@ std::vector<Layout> layouts() {
     v.push_back({f, "tp2_ep4_etp1", " backend.parallel.tp=2 backend.parallel.ep=4 backend.parallel.etp=1", 4});
     v.push_back({f, "tp2_etp2_ep2", " backend.parallel.tp=2 backend.parallel.etp=2 backend.parallel.ep=2", 4});
   }
+  const std::string mtp = "deepseek_v3_mtp";
+  v.push_back({mtp, "tp2", " backend.parallel.tp=2"});
+  v.push_back({mtp, "ep2", " backend.parallel.ep=2"});
+  v.push_back({mtp, "dp2", ""});
+  v.push_back({mtp, "pp2", " backend.parallel.pp=2 'backend.parallel.pp_layout=E,t|t,m,L'"});
+  v.push_back({mtp, "tp2_ep4_etp1", " backend.parallel.tp=2 backend.parallel.ep=4 backend.parallel.etp=1", 4});
   return v;
 }
 

@@ -3,6 +3,7 @@
 
 #include <functional>
 
+#include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/modules/block_sequence.h"
 #include "bumblebee/primitive/modules/moe/router_aux_loss.h"
 #include "bumblebee/primitive/modules/parameter_init.h"
@@ -16,6 +17,7 @@ struct Decoder::State : ForwardState {
   std::vector<std::unique_ptr<BlockState>> units;
   RMSNorm::Saved norm;
   LMHead::Saved head;
+  MultiTokenPrediction::Saved mtp;
 };
 
 Decoder::Decoder(DecoderSpec spec, const BuildContext& ctx) : spec_(std::move(spec)), ctx_(ctx), range_(ctx.layers) {
@@ -63,6 +65,10 @@ Decoder::Decoder(DecoderSpec spec, const BuildContext& ctx) : spec_(std::move(sp
     else   // the last stage's copy of the first stage's tied embedding
       head_weight_ = &store_.add(embed_name, {spec_.vocab_size, spec_.hidden_size}, {ShardKind::Vocab, tp_rank, tp});
     head_ = std::make_unique<LMHead>(*head_weight_, pc, ctx_.temperature);
+    if (spec_.mtp_depths > 0)
+      mtp_ = std::make_unique<MultiTokenPrediction>(store_, spec_.num_layers, spec_.mtp_depths, spec_.vocab_size,
+                                                    spec_.hidden_size, spec_.norm_eps, spec_.mtp_loss_scale, pc,
+                                                    spec_.build_layer, ctx_.residual_dtype);
   }
   store_.allocate(ctx_.param_groups, ctx_.dtype, ctx_.grad_dtype, ctx_.device, ctx_.grad_bucket_size);
 }
@@ -105,6 +111,8 @@ Tensor Decoder::forward(const DeviceMicroBatch& mb, const Tensor& hidden_in, con
   BB_CHECK(x.defined(), "a chunk without the embedding needs the previous stage's hidden states");
   for (size_t u = 0; u < units_.size(); ++u) x = units_[u]->forward(x, st->seq, st->units[u]);
   if (st->router_aux) st->router_aux->finish();
+  if (mtp_)
+    mtp_->forward(x, mb.input_ids, mb.labels, mb.loss_mask, mb.seq, mb.aux_loss_weight, dloss.defined(), st->mtp);
   if (head_) x = head_->forward(norm_->forward(x, st->norm), mb.labels, dloss, st->head, mb.calculate_entropy);
   state = std::move(st);
   return x;
@@ -124,8 +132,10 @@ Tensor Decoder::backward(const DeviceMicroBatch& mb, const Tensor& grad_out, For
   if (head_) {
     dx = norm_->backward(head_->backward(grad_out, st.head), st.norm);
     st.head = LMHead::Saved{};
-    // The final norm and an untied lm_head come after the layers; a tied head's
-    // weight is the embedding's, which is done only after the embedding backward.
+    if (mtp_) ops::add_(dx, mtp_->backward(st.seq, st.mtp));
+    // The final norm, an untied lm_head and the MTP layers come after the
+    // layers; a tied head's weight is the embedding's, which is done only
+    // after the embedding backward.
     grads_ready(layer_first_param_.back(), store_.params().size(), on_grad_ready);
   }
   for (size_t u = units_.size(); u-- > 0;) {
@@ -141,12 +151,18 @@ Tensor Decoder::backward(const DeviceMicroBatch& mb, const Tensor& grad_out, For
 
 AuxLoss Decoder::aux_loss(const ForwardState& state) const {
   const State& st = static_cast<const State&>(state);
-  if (!st.router_aux) return {};
-  const RouterAuxLoss& r = *st.router_aux;
   AuxLoss out;
+  if (mtp_) {
+    double mean = 0;
+    for (double l : st.mtp.losses) mean += l / double(st.mtp.losses.size());
+    out.metrics["mtp_loss"] = mean;
+    out.loss = st.mtp.objective;
+  }
+  if (!st.router_aux) return out;
+  const RouterAuxLoss& r = *st.router_aux;
   out.present = r.config().aux;
   out.value = r.value();
-  out.loss = r.loss();
+  out.loss += r.loss();
   if (r.config().z_coeff != 0.0) out.metrics["z_loss"] = r.z_value();
   double dropped = 0;
   for (const RouterAuxLoss::Load& l : r.loads()) {

@@ -7,7 +7,8 @@
 // does the rest the same way for every model: the layer loop, parameter
 // registration in HF order, full recompute (each of the chunk's first N
 // layers, or runs of N layers, wrapped in Recompute: BuildContext::recompute),
-// the tied embedding, and gradient-ready reporting layer by layer so the
+// the tied embedding, multi-token prediction on the last stage when the
+// spec asks for it, and gradient-ready reporting layer by layer so the
 // data-parallel reduction overlaps the backward of earlier layers.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "bumblebee/primitive/modules/embedding.h"
 #include "bumblebee/primitive/modules/lm_head.h"
 #include "bumblebee/primitive/modules/moe/router_aux_loss.h"
+#include "bumblebee/primitive/modules/multi_token_prediction.h"
 #include "bumblebee/primitive/modules/rmsnorm.h"
 
 namespace bb {
@@ -37,7 +39,14 @@ struct DecoderSpec {
   RouterLossConfig router_losses;
   ModelChunk::RouterShape router_shape;   // the whole model's (router replay)
   // Declares and builds decoder layer `layer`, its parameters named `prefix` + HF suffix.
-  std::function<std::unique_ptr<Block>(ParamStore& store, const std::string& prefix, int64_t layer)> build_layer;
+  DecoderLayerFactory build_layer;
+  // Multi-token prediction (multi_token_prediction.h): `mtp_depths` MTP
+  // layers on the last stage after the final decoder layer, depth k built
+  // around decoder layer num_layers + k - 1; their objective, scaled by
+  // mtp_loss_scale / mtp_depths, is part of the auxiliary loss (AuxLoss::loss,
+  // with the metric mtp_loss: the mean of loss^k over the depths).
+  int64_t mtp_depths = 0;
+  double mtp_loss_scale = 0.1;
   // ModelChunk::after_optimizer_step; empty: nothing.
   std::function<void()> after_optimizer_step;
   // ModelChunk::train_flops of the whole model.
@@ -87,6 +96,7 @@ class Decoder : public ModelChunk {
   std::unique_ptr<RMSNorm> norm_;                   // last stage
   Parameter* head_weight_ = nullptr;                // last stage: lm_head, the embedding, or its tied copy
   std::unique_ptr<LMHead> head_;
+  std::unique_ptr<MultiTokenPrediction> mtp_;       // last stage, when spec_.mtp_depths > 0
 };
 
 }  // namespace bb

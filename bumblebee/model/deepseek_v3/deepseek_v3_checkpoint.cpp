@@ -10,6 +10,7 @@ std::string layer_prefix(int64_t layer) { return "model.layers." + std::to_strin
 Qwen3MoeConfig deepseek_v3_moe_view(const DeepseekV3Config& cfg) {
   Qwen3MoeConfig m;
   m.dense = cfg.dense;
+  m.dense.num_layers += cfg.num_nextn_predict_layers;   // the MTP layers are decoder layers past the main model's
   m.num_experts = cfg.n_routed_experts;
   m.num_experts_per_tok = cfg.num_experts_per_tok;
   m.moe_intermediate_size = cfg.moe_intermediate_size;
@@ -58,23 +59,34 @@ CheckpointMapping deepseek_v3_checkpoint_mapping(const DeepseekV3Config& cfg, co
     add("kv_b_proj.weight", ShardKind::Column);
     add("o_proj.weight", ShardKind::Row);
   }
+  // Each MTP layer's own parts, besides its decoder layer's.
+  for (int64_t j = cfg.dense.num_layers; j < cfg.dense.num_layers + cfg.num_nextn_predict_layers; ++j)
+    for (auto [suffix, split] :
+         {std::pair{"embed_tokens.weight", ShardKind::Vocab}, {"enorm.weight", ShardKind::Replicated},
+          {"hnorm.weight", ShardKind::Replicated}, {"eh_proj.weight", ShardKind::Replicated},
+          {"shared_head.norm.weight", ShardKind::Replicated}, {"shared_head.head.weight", ShardKind::Vocab}}) {
+      const std::string name = layer_prefix(j) + suffix;
+      m.rules.push_back({name, name, ModelPart::Layer, j, split});
+    }
   return m;
+}
+
+LayerRange deepseek_v3_mtp_range(const DeepseekV3Config& cfg, LayerRange range) {
+  if (range.post_process && range.end_layer >= 0) range.end_layer += cfg.num_nextn_predict_layers;
+  return range;
 }
 
 void load_deepseek_v3_weights(ParamStore& store, const HFCheckpoint& ckpt, const DeepseekV3Config& cfg,
                               const LayerRange& range) {
   const Qwen3MoeConfig moe = deepseek_v3_moe_view(cfg);
-  CheckpointMapping mapping = deepseek_v3_checkpoint_mapping(cfg, qwen3_moe_held_experts(store, moe));
-  for (const std::string& n : ckpt.names())
-    if (n.rfind("model.layers.", 0) == 0 && std::stoll(n.substr(13)) >= cfg.dense.num_layers)
-      mapping.ignored.push_back(n);   // a multi-token prediction layer
-  load_moe_weights(store, ckpt, moe, range, mapping);
+  load_moe_weights(store, ckpt, moe, deepseek_v3_mtp_range(cfg, range),
+                   deepseek_v3_checkpoint_mapping(cfg, qwen3_moe_held_experts(store, moe)));
 }
 
 void export_deepseek_v3_weights(ParamStore& store, ParallelContext& pc, const DeepseekV3Config& cfg,
                                 const LayerRange& range, const WeightSink& sink) {
   const Qwen3MoeConfig moe = deepseek_v3_moe_view(cfg);
-  export_moe_weights(store, pc, moe, range, deepseek_v3_checkpoint_mapping(cfg, qwen3_moe_held_experts(store, moe)),
+  export_moe_weights(store, pc, moe, deepseek_v3_mtp_range(cfg, range), deepseek_v3_checkpoint_mapping(cfg, qwen3_moe_held_experts(store, moe)),
                      sink);
 }
 

@@ -11,9 +11,16 @@
 //   model.layers.{i}.self_attn.o_proj.weight            [H, heads x v_head_dim] row
 //   model.layers.{i}.mlp.gate.e_score_correction_bias   [E]                     replicated (a buffer)
 //   model.layers.{i}.mlp.shared_experts.{gate,up,down}_proj.weight  column, column, row
-// for the attention and each MoE layer. Multi-token prediction layers
-// (model.layers.{num_hidden_layers + j}.*, which DeepSeek's hub checkpoints
-// carry) are ignored on load.
+// for the attention and each MoE layer. Multi-token prediction layer
+// j = num_hidden_layers + k - 1 (k = 1..num_nextn_predict_layers, as
+// DeepSeek's hub checkpoints carry them) is a decoder layer under the same
+// names (an MoE layer) plus
+//   model.layers.{j}.embed_tokens.weight       [V, H]   vocab
+//   model.layers.{j}.enorm.weight / hnorm.weight [H]    replicated
+//   model.layers.{j}.eh_proj.weight            [H, 2H]  replicated
+//   model.layers.{j}.shared_head.norm.weight   [H]      replicated
+//   model.layers.{j}.shared_head.head.weight   [V, H]   vocab
+// held, loaded and exported by the last pipeline stage.
 #pragma once
 
 #include "bumblebee/model/deepseek_v3/deepseek_v3_config.h"
@@ -25,6 +32,10 @@ namespace bb {
 Qwen3MoeConfig deepseek_v3_moe_view(const DeepseekV3Config& cfg);
 
 CheckpointMapping deepseek_v3_checkpoint_mapping(const DeepseekV3Config& cfg, const ExpertRange& experts);
+
+// The layers a chunk's checkpoint tensors cover: the last stage's range
+// extends over the MTP layers.
+LayerRange deepseek_v3_mtp_range(const DeepseekV3Config& cfg, LayerRange range);
 
 void load_deepseek_v3_weights(ParamStore& store, const HFCheckpoint& ckpt, const DeepseekV3Config& cfg,
                               const LayerRange& range);

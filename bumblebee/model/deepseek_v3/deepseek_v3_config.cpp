@@ -17,7 +17,7 @@ const char* kKeys[] = {"q_lora_rank",           "kv_lora_rank",       "qk_nope_h
                        "n_shared_experts",      "first_k_dense_replace", "n_group",
                        "topk_group",            "routed_scaling_factor", "norm_topk_prob",
                        "num_nextn_predict_layers", "rope_beta_fast",  "rope_beta_slow",
-                       "rope_mscale",           "rope_mscale_all_dim"};
+                       "rope_mscale",           "rope_mscale_all_dim", "mtp_loss_scaling_factor"};
 
 int64_t int_or(const json& hf, const char* key, int64_t fallback) {
   if (!hf.contains(key) || hf[key].is_null()) return fallback;
@@ -81,6 +81,7 @@ json DeepseekV3Config::to_json() const {
   j["routed_scaling_factor"] = routed_scaling_factor;
   j["norm_topk_prob"] = norm_topk_prob;
   j["num_nextn_predict_layers"] = num_nextn_predict_layers;
+  j["mtp_loss_scaling_factor"] = mtp_loss_scaling_factor;
   j["rope_beta_fast"] = dense.rope.beta_fast;
   j["rope_beta_slow"] = dense.rope.beta_slow;
   j["rope_mscale"] = dense.rope.mscale;
@@ -112,6 +113,7 @@ DeepseekV3Config DeepseekV3Config::from_json(const json& j) {
   c.rope_interleave = j.at("rope_interleave").get<bool>();
   c.routed_scaling_factor = j.at("routed_scaling_factor").get<double>();
   c.norm_topk_prob = j.at("norm_topk_prob").get<bool>();
+  c.mtp_loss_scaling_factor = j.at("mtp_loss_scaling_factor").get<double>();
 
   BB_CHECK(c.q_lora_rank >= 0, "deepseek_v3: q_lora_rank must be > 0 (or null for q_proj), got ", c.q_lora_rank);
   BB_CHECK(c.kv_lora_rank > 0, "deepseek_v3: kv_lora_rank must be > 0, got ", c.kv_lora_rank);
@@ -140,6 +142,8 @@ DeepseekV3Config DeepseekV3Config::from_json(const json& j) {
            "deepseek_v3: routed_scaling_factor must be a finite number > 0, got ", c.routed_scaling_factor);
   BB_CHECK(c.num_nextn_predict_layers >= 0, "deepseek_v3: num_nextn_predict_layers must be >= 0, got ",
            c.num_nextn_predict_layers);
+  BB_CHECK(std::isfinite(c.mtp_loss_scaling_factor) && c.mtp_loss_scaling_factor >= 0,
+           "deepseek_v3: mtp_loss_scaling_factor must be a finite number >= 0, got ", c.mtp_loss_scaling_factor);
   check_rope_config(c.dense.rope);
   return c;
 }
@@ -180,6 +184,8 @@ DeepseekV3Config parse_deepseek_v3_hf_config(const json& hf, const json& overrid
   j["norm_topk_prob"] = hf.value("norm_topk_prob", true);
   // transformers 5 writes the count as num_mtp_layers (default 1), DeepSeek's hub configs as num_nextn_predict_layers.
   j["num_nextn_predict_layers"] = int_or(hf, "num_nextn_predict_layers", int_or(hf, "num_mtp_layers", 0));
+  // Not an HF key: the weight of the MTP loss (Megatron's mtp_loss_scaling_factor and its default).
+  j["mtp_loss_scaling_factor"] = 0.1;
   BB_CHECK(!hf.value("attention_bias", false), "deepseek_v3: attention_bias = true is not supported");
   for (const auto& [k, v] : overrides.items()) {
     if (!j.contains(k)) {

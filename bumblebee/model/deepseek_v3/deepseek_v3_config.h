@@ -7,8 +7,10 @@
 // (n_routed_experts, num_experts_per_tok, moe_intermediate_size,
 // n_shared_experts, first_k_dense_replace, n_group, topk_group,
 // routed_scaling_factor, norm_topk_prob; sigmoid scoring) and
-// num_nextn_predict_layers (multi-token prediction: parsed, rejected for
-// training when > 0). Absent keys take HF's class defaults. Every field out
+// num_nextn_predict_layers (multi-token prediction depths, read from
+// num_mtp_layers under transformers 5; absent: 0) with
+// mtp_loss_scaling_factor (not an HF key: the MTP loss weight, Megatron's
+// name and default 0.1). Absent keys take HF's class defaults. Every field out
 // of range is an error naming it.
 #pragma once
 
@@ -28,6 +30,7 @@ struct DeepseekV3Config {
   double routed_scaling_factor = 1.0;
   bool norm_topk_prob = true;
   int64_t num_nextn_predict_layers = 0;
+  double mtp_loss_scaling_factor = 0.1;
 
   bool is_moe_layer(int64_t layer) const { return layer >= first_k_dense_replace; }
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }

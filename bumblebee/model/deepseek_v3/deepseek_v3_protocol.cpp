@@ -42,10 +42,6 @@ std::unique_ptr<ModelChunk> DeepseekV3Protocol::build_model(const nlohmann::json
                                                             const BuildContext& ctx) const {
   for (const auto& [k, v] : ctx.impl_cfg.items()) BB_FAIL("unknown impl_cfg key '", k, "' for deepseek_v3");
   const DeepseekV3Config cfg = DeepseekV3Config::from_json(model_config);
-  BB_CHECK(cfg.num_nextn_predict_layers == 0, "deepseek_v3: num_nextn_predict_layers = ",
-           cfg.num_nextn_predict_layers,
-           ": multi-token prediction is not built yet; train without it (as HF's DeepseekV3ForCausalLM, which ignores "
-           "the MTP layers) with backend.model_overrides={\"num_nextn_predict_layers\": 0}");
   const DenseConfig& d = cfg.dense;
   ParallelContext& pc = *ctx.parallel;
   MLAConfig mla;
@@ -64,11 +60,16 @@ std::unique_ptr<ModelChunk> DeepseekV3Protocol::build_model(const nlohmann::json
 
   DecoderSpec spec = dense_decoder_spec(d, cfg.to_json());
   spec.moe = true;
-  std::vector<int64_t> moe_index(size_t(d.num_layers), 0);
+  // The MTP layers (num_layers + k - 1) follow the main model's MoE layers;
+  // router replay covers the main model's only (multi_token_prediction.h).
+  std::vector<int64_t> moe_index(size_t(d.num_layers + cfg.num_nextn_predict_layers), 0);
   int64_t moe_layers = 0;
-  for (int64_t i = 0; i < d.num_layers; ++i)
-    if (cfg.is_moe_layer(i)) moe_index[size_t(i)] = moe_layers++;
-  spec.router_shape = {moe_layers, cfg.num_experts_per_tok, cfg.n_routed_experts, false};
+  for (size_t i = 0; i < moe_index.size(); ++i)
+    if (cfg.is_moe_layer(int64_t(i))) moe_index[i] = moe_layers++;
+  spec.router_shape = {moe_layers - cfg.num_nextn_predict_layers, cfg.num_experts_per_tok, cfg.n_routed_experts,
+                       false};
+  spec.mtp_depths = cfg.num_nextn_predict_layers;
+  spec.mtp_loss_scale = cfg.mtp_loss_scaling_factor;
   spec.build_layer = [mla, &pc, inv_freq, cfg, moe_index, recompute = ctx.recompute, range = ctx.layers](
                          ParamStore& store, const std::string& prefix, int64_t layer) {
     const SelectiveRecompute sel = recompute.selective_for(layer, range);

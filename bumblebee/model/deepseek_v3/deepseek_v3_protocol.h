@@ -3,8 +3,9 @@
 // feed-forward slot, the dense SwiGLU MLP on the first first_k_dense_replace
 // layers and a SparseMoE with sigmoid scoring, group-limited top-k, the
 // routed scaling factor and the expert bias, plus the shared experts, on the
-// others. Multi-token prediction (num_nextn_predict_layers > 0) is not built
-// yet and is rejected with a message saying how to train without it.
+// others; num_nextn_predict_layers multi-token prediction layers on the last
+// stage (the Decoder's, multi_token_prediction.h), weighted by
+// mtp_loss_scaling_factor.
 #pragma once
 
 #include "bumblebee/model/deepseek_v3/deepseek_v3_config.h"

@@ -71,6 +71,13 @@ TEST(DeepseekV3Config, FieldsOutOfRangeNameTheField) {
   expect_error(with("num_experts_per_tok", 5), "num_experts_per_tok 5 must lie in [1, topk_group x experts per group = 4]");
   expect_error(with("first_k_dense_replace", 3), "first_k_dense_replace 3 must lie in [0, num_hidden_layers = 2]");
   expect_error(with("routed_scaling_factor", -1.0), "routed_scaling_factor must be a finite number > 0");
+  try {
+    parse_deepseek_v3_hf_config(tiny(), {{"mtp_loss_scaling_factor", -0.5}});
+    ADD_FAILURE() << "no error for a negative mtp_loss_scaling_factor";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("mtp_loss_scaling_factor must be a finite number >= 0"), std::string::npos)
+        << e.what();
+  }
   expect_error(with("v_head_dim", 0), "v_head_dim must be > 0");
   expect_error(with("n_group", 8), "n_routed_experts / n_group = 1 experts per group");
 }

@@ -29,6 +29,7 @@
 #include "bumblebee/primitive/modules/lora.h"
 #include "bumblebee/primitive/modules/mla_attention.h"
 #include "bumblebee/primitive/modules/mlp.h"
+#include "bumblebee/primitive/modules/multi_token_prediction.h"
 #include "bumblebee/primitive/modules/moe/grouped_experts.h"
 #include "bumblebee/primitive/modules/moe/sparse_moe.h"
 #include "bumblebee/primitive/modules/parameter_init.h"
@@ -96,6 +97,18 @@ class ModuleFixture {
         store_, prefix, cfg, pc_, inv_freq(cfg.attention.head_dim), swiglu_mlp(cfg.attention.hidden, ffn, pc_));
     if (recompute == RecomputeMode::Full) layer = std::make_unique<Recompute>(std::move(layer));
     return layer;
+  }
+  // `depths` MTP layers over decoder layers first_layer + k - 1 (`cfg` with a SwiGLU MLP of `ffn` features),
+  // parameters "model.layers.{j}.*" (multi_token_prediction.h); float64 residual stream.
+  std::unique_ptr<MultiTokenPrediction> make_mtp(int64_t first_layer, int64_t depths, int64_t vocab,
+                                                 const DecoderLayerConfig& cfg, int64_t ffn, double loss_scale) {
+    const Tensor f = inv_freq(cfg.attention.head_dim);
+    ParallelContext& pc = pc_;
+    const DecoderLayerFactory layer = [cfg, ffn, f, &pc](ParamStore& store, const std::string& prefix, int64_t) {
+      return std::make_unique<DecoderLayer>(store, prefix, cfg, pc, f, swiglu_mlp(cfg.attention.hidden, ffn, pc));
+    };
+    return std::make_unique<MultiTokenPrediction>(store_, first_layer, depths, vocab, cfg.attention.hidden,
+                                                  cfg.norm_eps, loss_scale, pc_, layer, DType::F64);
   }
   // Its own vocab-parallel weight, parameter `name`.
   std::unique_ptr<LMHead> make_lm_head(int64_t vocab, int64_t hidden, double temperature,
