@@ -133,6 +133,10 @@ void Runtime::write_hf_model(ModelHandle& h, const std::string& dir, const std::
   }, merge_lora);
   if (!writer_rank) return;
   writer->finish();
+  write_hf_config(h, dir);
+}
+
+void Runtime::write_hf_config(ModelHandle& h, const std::string& dir) {
   const std::string tmp = dir + "/config.json.tmp";
   {
     std::ofstream f(tmp);
