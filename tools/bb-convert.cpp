@@ -123,8 +123,6 @@ ModelHandle load_training_checkpoint(Runtime& rt, const std::string& in) {
 }
 
 RuntimeConfig checkpoint_runtime_config(RuntimeConfig cfg, const ConfigArgs& args, const std::string& in) {
-  BB_CHECK(fs::exists(fs::path(in) / "trainer_state.json"), "bb-convert: in=", in,
-           " is not a training checkpoint (no trainer_state.json)");
   cfg.hf_path = in + "/model";
   cfg.backend_cfg.load_hf_weights = false;
   // The parameters keep the dtype they were saved in (float64 state stays
@@ -175,6 +173,7 @@ int run(int argc, char** argv) {
   check_output_dir(out, "config.json", "an HF model folder");
   // Loaded at this run's layout (load_checkpoint verifies every file it
   // reads) and streamed out one tensor at a time.
+  verify_checkpoint_files(in, {"trainer_state.json"});
   cfg = checkpoint_runtime_config(cfg, args, in);
   cfg.export_cfg.dtype = args.str("dtype");
   auto rt = create_runtime(cfg);
