@@ -31,6 +31,7 @@
 #include "bumblebee/primitive/ckpt/sharded_checkpoint.h"
 #include "bumblebee/runtime/checkpoint_files.h"
 #include "bumblebee/runtime/checkpoint_v4.h"
+#include "bumblebee/runtime/hf_config_files.h"
 #include "bumblebee/runtime/sharded_state.h"
 #include "bumblebee/runtime/model_state.h"
 #include "bumblebee/runtime/runtime.h"
@@ -81,7 +82,7 @@ void Runtime::save_checkpoint(ModelHandle& h, const std::string& dir) {
     fs::remove_all(tmp);
     fs::create_directories(tmp + "/model");
     fs::create_directories(tmp + "/state");
-    write_hf_config(h, tmp + "/model");
+    write_hf_config_files(st.hf_config, cfg_.hf_path, tmp + "/model");
   }
   ps.world().barrier();
   // HF peft's files, so the adapters are usable outside bumblebee; a load reads state/.

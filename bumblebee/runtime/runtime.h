@@ -140,9 +140,6 @@ class Runtime {
   // merge_lora: the base weights with their LoRA adapters merged in (peft.merge_on_export).
   void write_hf_model(ModelHandle& h, const std::string& dir, const std::string& dtype,
                       const std::function<void(uint64_t bytes)>& progress, bool merge_lora);
-  // config.json from the model's config, and the side files of hf_path
-  // (generation config, tokenizer) into `dir`, which exists. Called by one rank.
-  void write_hf_config(ModelHandle& h, const std::string& dir);
   // Streams what `chunk_export` emits for each of this rank's chunks to every
   // rank's sink, stage by stage over pp (export_weights' transport).
   using ChunkExport = std::function<void(ModelChunk& chunk, const WeightSink& sink)>;

@@ -15,6 +15,10 @@ struct Part {
 };
 constexpr Part kOptimizerParts[] = {{State::Master, "master/"}, {State::ExpAvg, "exp_avg/"}, {State::ExpAvgSq, "exp_avg_sq/"}};
 
+Tensor& state_shard(DistributedOptimizer::GroupState& g, State which) {
+  return which == State::Master ? g.master : which == State::ExpAvg ? g.exp_avg : g.exp_avg_sq;
+}
+
 std::set<const Parameter*> skipped_copies(ModelChunk& chunk, PieceUse use) {
   std::set<const Parameter*> out;
   if (use == PieceUse::Save && !chunk.is_first_stage())
@@ -56,7 +60,7 @@ std::vector<TensorPiece> training_state_pieces(ModelState& st, PieceUse use) {
   for (const Part& part : kOptimizerParts)
     for (DistributedOptimizer::GroupState& g : opt.groups()) {
       const std::set<const Parameter*> skip = skipped_copies(*st.chunks[size_t(g.store_index)], use);
-      Tensor& shard = DistributedOptimizer::state_shard(g, part.state);
+      Tensor& shard = state_shard(g, part.state);
       for (const GradReducer::Slice& s : g.reducer->slices())
         for (Parameter* p : g.group->params()) {
           if (skip.count(p)) continue;

@@ -82,12 +82,15 @@ void DistributedOptimizer::reload_master_from_params() {
   }
 }
 
-Tensor& DistributedOptimizer::state_shard(GroupState& g, State which) {
+namespace {
+Tensor& state_of(DistributedOptimizer::GroupState& g, DistributedOptimizer::State which) {
+  using State = DistributedOptimizer::State;
   return which == State::Master ? g.master : which == State::ExpAvg ? g.exp_avg : g.exp_avg_sq;
 }
+}  // namespace
 
 Tensor DistributedOptimizer::gather_state(GroupState& g, State which) {
-  const Tensor& shard = state_shard(g, which);
+  const Tensor& shard = state_of(g, which);
   Tensor full = Tensor::zeros({g.group->flat_params().numel()}, shard.dtype(), shard.device());
   const int64_t ranks = g.comm->size();
   for (const GradReducer::Slice& s : g.reducer->slices()) {
@@ -102,7 +105,7 @@ Tensor DistributedOptimizer::gather_state(GroupState& g, State which) {
 }
 
 void DistributedOptimizer::scatter_state(GroupState& g, State which, const Tensor& full) {
-  Tensor& shard = state_shard(g, which);
+  Tensor& shard = state_of(g, which);
   BB_CHECK(full.numel() == g.group->flat_params().numel(), "optimizer state of group '", g.group->name(), "' has ",
            full.numel(), " elements, the group ", g.group->flat_params().numel());
   for (const GradReducer::Slice& s : g.reducer->slices())

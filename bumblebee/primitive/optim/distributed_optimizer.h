@@ -82,10 +82,6 @@ class DistributedOptimizer {
   // through them, whatever the dp layout.
   enum class State { Master, ExpAvg, ExpAvgSq };
   Tensor gather_state(GroupState& g, State which);
-  // This rank's slices of a group's master weights or moments (in buffer
-  // order, as `g.reducer->slices()` place them): what a sharded checkpoint
-  // saves and loads without gathering.
-  static Tensor& state_shard(GroupState& g, State which);
   void scatter_state(GroupState& g, State which, const Tensor& full);
   // What an offload moves: the master weights and Adam moments (without the
   // master when it is the parameters themselves), and the reduced-gradient
