@@ -24,6 +24,7 @@
 // it reads against the manifest (the shard files: against metadata.json, when
 // first read) before trusting a byte of it.
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 
@@ -58,7 +59,7 @@ nlohmann::json layout_of(dist::ParallelState& ps, const ModelState& st) {
 }
 
 // Fills this rank's parameters and optimizer slices from the version 5 state/ of `dir`.
-void load_sharded_state(ModelState& st, const std::string& dir) {
+void read_sharded_state(ModelState& st, const std::string& dir) {
   ShardedCheckpoint ck = ShardedCheckpoint::open(dir + "/state");
   const std::string metadata = ck.dir() + "/" + kShardedMetadataFile;
   for (TensorPiece& piece : training_state_pieces(st, PieceUse::Load)) {
@@ -68,6 +69,21 @@ void load_sharded_state(ModelState& st, const std::string& dir) {
              shape_str(ck.shape(piece.key)), ", the model expects ", shape_str(piece.global_shape));
     ck.read(piece.key, piece.box, piece.data);
   }
+}
+
+// Each rank reads (and verifies) only the files its pieces lie in, so a
+// damaged file fails some ranks only: they agree before going on, and every
+// rank fails, the ones that read the damage with its error.
+void load_sharded_state(ModelState& st, const std::string& dir, dist::Communicator& world) {
+  std::exception_ptr error;
+  try {
+    read_sharded_state(st, dir);
+  } catch (const Error&) {
+    error = std::current_exception();
+  }
+  const double failed = world.all_reduce_scalar(error ? 1.0 : 0.0, dist::ReduceOp::Max);
+  if (error) std::rethrow_exception(error);
+  BB_CHECK(failed == 0.0, "checkpoint ", dir, " could not be read by another rank (its error names the file)");
 }
 
 }  // namespace
@@ -155,7 +171,7 @@ int64_t Runtime::load_checkpoint(ModelHandle& h, const std::string& dir) {
   } else {
     verify_checkpoint_files(dir, checkpoint_files_under(dir, "model/"));
     verify_checkpoint_files(dir, {std::string("state/") + kShardedMetadataFile});
-    load_sharded_state(st, dir);
+    load_sharded_state(st, dir, ps.world());
   }
   DistributedOptimizer& opt = *st.optimizer;
   opt.set_steps_taken(state.at("steps_taken").get<int64_t>());
