@@ -4,7 +4,7 @@
 // tensor, split tensors have one piece per rank and their bytes are 1/world
 // in each file (at pure tp the whole files too); and the peak host RSS (VmHWM, reset before)
 // that a save and a load of a 96-layer tiny-hidden Qwen3 add per rank is
-// printed and bounded: the save by a fraction of the model (nothing is
+// printed and bounded: the save by one tensor plus the metadata (nothing is
 // gathered), the load by the rank's own shard plus one tensor.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -175,8 +175,10 @@ TEST(ShardedCheckpointMPI, PeakHostMemoryOfSaveAndLoadIsTheRanksOwnShardPlusOneT
               "%.2f MB; peak RSS grew by %.2f MB in save_checkpoint, %.2f MB in load_checkpoint\n",
               world.rank(), world.size(), double(model_bytes) / 1e6, double(own) / 1e6, double(largest) / 1e6,
               double(save_growth) / 1e6, double(load_growth) / 1e6);
-  // A gather of one group's state (format 4) alone would take model_bytes.
-  EXPECT_LT(save_growth, model_bytes / 4) << "the save held a large part of the model in memory";
+  // A gather of one group's state (format 4) alone would take model_bytes;
+  // what a save adds is one piece's host copy and the plans and metadata JSON
+  // (rank 0 merges every rank's: about 19 MB for the 18,000 pieces here).
+  EXPECT_LT(save_growth, largest + (32u << 20)) << "the save held more than one tensor and its metadata";
   // Mapped file pages count in RSS: a load may touch every byte of its own shard once.
   EXPECT_LT(load_growth, own + largest + (16u << 20)) << "the load held more than its shard and one tensor";
   world.barrier();
