@@ -11,10 +11,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "bumblebee/core/error.h"
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
+#include "bumblebee/primitive/ckpt/sharded_checkpoint.h"
 #include "bumblebee/runtime/checkpoint_files.h"
 #include "bumblebee/runtime/config_schema.h"
 #include "bumblebee/runtime/runtime.h"
@@ -68,14 +70,29 @@ struct Progress {
   }
 };
 
-// Bytes the export of an HF folder's weights writes (the progress bar's 100%):
+// The model's tensors a training checkpoint holds, name -> (shape, dtype):
+// state/metadata.json's "model/" tensors (format 5) or model/'s safetensors (format 4).
+std::map<std::string, std::pair<Shape, DType>> saved_model_tensors(const std::string& ckpt) {
+  std::map<std::string, std::pair<Shape, DType>> out;
+  if (fs::exists(fs::path(ckpt) / "state" / kShardedMetadataFile)) {
+    const ShardedCheckpoint ck = ShardedCheckpoint::open(ckpt + "/state");
+    for (const std::string& key : ck.keys())
+      if (key.starts_with("model/")) out[key.substr(6)] = {ck.shape(key), ck.dtype(key)};
+  } else {
+    const HFCheckpoint ck = HFCheckpoint::open(ckpt + "/model");
+    for (const std::string& name : ck.names()) out[name] = {ck.shape(name), ck.dtype(name)};
+  }
+  BB_CHECK(!out.empty(), "bb-convert: training checkpoint ", ckpt, " holds no model tensors");
+  return out;
+}
+
+// Bytes the export of a checkpoint's model writes (the progress bar's 100%):
 // each tensor in `dtype` (bf16 | fp32), or as stored (source).
-uint64_t export_bytes(const std::string& dir, const std::string& dtype) {
-  const HFCheckpoint ck = HFCheckpoint::open(dir);
+uint64_t export_bytes(const std::string& ckpt, const std::string& dtype) {
   uint64_t n = 0;
-  for (const std::string& name : ck.names()) {
-    const size_t es = dtype == "bf16" ? 2 : dtype == "fp32" ? 4 : dtype_size(ck.dtype(name));
-    n += uint64_t(shape_numel(ck.shape(name))) * es;
+  for (const auto& [name, t] : saved_model_tensors(ckpt)) {
+    const size_t es = dtype == "bf16" ? 2 : dtype == "fp32" ? 4 : dtype_size(t.second);
+    n += uint64_t(shape_numel(t.first)) * es;
   }
   return n;
 }
@@ -87,15 +104,31 @@ uint64_t folder_bytes(const std::string& dir) {
   return n;
 }
 
-// backend.dtype of the parameters a training checkpoint's model/ holds.
-std::string saved_param_dtype(const std::string& model_dir) {
-  const HFCheckpoint ck = HFCheckpoint::open(model_dir);
-  BB_CHECK(!ck.names().empty(), "bb-convert reshard: ", model_dir, " holds no tensors");
-  switch (ck.dtype(ck.names().front())) {
+// backend.dtype of the parameters a training checkpoint holds.
+std::string saved_param_dtype(const std::string& ckpt) {
+  switch (saved_model_tensors(ckpt).begin()->second.second) {
     case DType::F64: return "float64";
     case DType::BF16: return "bfloat16";
     default: return "float32";
   }
+}
+
+// The model of training checkpoint `in`, built from its own config.json at
+// this run's layout (in its saved dtype unless backend.dtype is given) and
+// filled by load_checkpoint, which reshards it.
+ModelHandle load_training_checkpoint(Runtime& rt, const std::string& in) {
+  ModelHandle h = rt.build_model();
+  rt.load_checkpoint(h, in);
+  return h;
+}
+
+RuntimeConfig checkpoint_runtime_config(RuntimeConfig cfg, const ConfigArgs& args, const std::string& in) {
+  cfg.hf_path = in + "/model";
+  cfg.backend_cfg.load_hf_weights = false;
+  // The parameters keep the dtype they were saved in (float64 state stays
+  // float64) unless backend.dtype says otherwise.
+  if (!args.has("backend.dtype")) cfg.backend_cfg.dtype = saved_param_dtype(in);
+  return cfg;
 }
 
 int run(int argc, char** argv) {
@@ -125,36 +158,28 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (mode == "reshard") {
-    // The model is built from the checkpoint's own config.json at this run's
-    // layout; load_checkpoint then fills it, optimizer state included.
     BB_CHECK(!fs::exists(out) || !fs::equivalent(in, out), "bb-convert reshard: out=", out, " is in=", in,
              "; give another folder");
     BB_CHECK(fs::exists(fs::path(in) / "trainer_state.json"), "bb-convert reshard: in=", in,
              " is not a training checkpoint (no trainer_state.json)");
     check_output_dir(out, "trainer_state.json", "a training checkpoint");
-    cfg.hf_path = in + "/model";
-    cfg.backend_cfg.load_hf_weights = false;
-    // The parameters keep the dtype they were saved in (float64 state stays
-    // float64) unless backend.dtype says otherwise.
-    if (!args.has("backend.dtype")) cfg.backend_cfg.dtype = saved_param_dtype(cfg.hf_path);
-    auto rt = create_runtime(cfg);
+    auto rt = create_runtime(checkpoint_runtime_config(cfg, args, in));
     progress.on = rt->parallel_state().world_rank() == 0;
-    ModelHandle h = rt->build_model();
-    rt->load_checkpoint(h, in);
+    ModelHandle h = load_training_checkpoint(*rt, in);
     rt->save_checkpoint(h, out);
     progress.done(progress.on ? folder_bytes(out) : 0);
     return 0;
   }
   check_output_dir(out, "config.json", "an HF model folder");
-  // The training checkpoint's model/ is an HF folder: checked against the
-  // manifest, then loaded at this run's layout and streamed out.
-  verify_checkpoint_files(in, checkpoint_files_under(in, "model/"));
-  cfg.hf_path = in + "/model";
+  // Loaded at this run's layout (load_checkpoint verifies every file it
+  // reads) and streamed out one tensor at a time.
+  verify_checkpoint_files(in, {"trainer_state.json"});
+  cfg = checkpoint_runtime_config(cfg, args, in);
   cfg.export_cfg.dtype = args.str("dtype");
   auto rt = create_runtime(cfg);
   progress.on = rt->parallel_state().world_rank() == 0;
-  if (progress.on) progress.total = export_bytes(cfg.hf_path, cfg.export_cfg.dtype);
-  ModelHandle h = rt->build_model();
+  if (progress.on) progress.total = export_bytes(in, cfg.export_cfg.dtype);
+  ModelHandle h = load_training_checkpoint(*rt, in);
   uint64_t written = 0;
   rt->save_hf_checkpoint(h, out, [&](uint64_t bytes) {
     written = bytes;

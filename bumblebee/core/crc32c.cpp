@@ -3,7 +3,13 @@
 #include "bumblebee/core/crc32c.h"
 
 #include <array>
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <vector>
 #include <cstring>
+
+#include "bumblebee/core/error.h"
 
 namespace bb {
 
@@ -46,6 +52,27 @@ uint32_t crc32c(const void* data, size_t size) { return crc32c_extend(0, data, s
 uint32_t masked_crc32c(const void* data, size_t size) {
   const uint32_t crc = crc32c(data, size);
   return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+FileChecksum checksum_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  BB_CHECK(f, "cannot read ", path, ": ", std::strerror(errno));
+  std::vector<char> buf(1 << 20);
+  FileChecksum s;
+  while (f) {
+    f.read(buf.data(), std::streamsize(buf.size()));
+    const size_t n = size_t(f.gcount());
+    s.crc32c = crc32c_extend(s.crc32c, buf.data(), n);
+    s.bytes += n;
+  }
+  BB_CHECK(f.eof(), "cannot read ", path, ": ", std::strerror(errno));
+  return s;
+}
+
+std::string crc32c_hex(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", crc);
+  return buf;
 }
 
 }  // namespace bb

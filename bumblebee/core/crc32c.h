@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace bb {
 
@@ -17,5 +18,16 @@ uint32_t crc32c_extend(uint32_t crc, const void* data, size_t size);
 // TFRecord's masked form: rotate right by 15 bits and add 0xA282EAD8, so that a
 // CRC stored inside checksummed data does not checksum to a fixed value.
 uint32_t masked_crc32c(const void* data, size_t size);
+
+// The size and CRC-32C of a whole file, read in 1 MiB chunks (host memory
+// stays bounded whatever the file's size); an error names the file.
+struct FileChecksum {
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+FileChecksum checksum_file(const std::string& path);
+
+// "0x1234ABCD", as checkpoint manifests and errors print a CRC.
+std::string crc32c_hex(uint32_t crc);
 
 }  // namespace bb

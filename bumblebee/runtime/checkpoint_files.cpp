@@ -20,31 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct FileSum {
-  uint64_t bytes = 0;
-  uint32_t crc32c = 0;
-};
-
-std::string hex(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%08X", v);
-  return buf;
-}
-
-FileSum sum_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  BB_CHECK(f, "cannot read ", path, ": ", std::strerror(errno));
-  std::vector<char> buf(1 << 20);
-  FileSum s;
-  while (f) {
-    f.read(buf.data(), std::streamsize(buf.size()));
-    const size_t n = size_t(f.gcount());
-    s.crc32c = crc32c_extend(s.crc32c, buf.data(), n);
-    s.bytes += n;
-  }
-  BB_CHECK(f.eof(), "cannot read ", path, ": ", std::strerror(errno));
-  return s;
-}
+using FileSum = FileChecksum;
 
 // The manifest's file list, or the reason there is none usable.
 struct Manifest {
@@ -98,7 +74,7 @@ void write_checkpoint_manifest(const std::string& dir) {
     if (!e.is_regular_file()) continue;
     const std::string name = fs::relative(e.path(), dir).generic_string();
     if (name == kCheckpointManifest) continue;
-    const FileSum s = sum_file(e.path().string());
+    const FileSum s = checksum_file(e.path().string());
     files[name] = {{"bytes", s.bytes}, {"crc32c", s.crc32c}};
   }
   // Written under another name and renamed, so a manifest that is there is whole.
@@ -121,11 +97,11 @@ void verify_checkpoint_files(const std::string& dir, const std::vector<std::stri
     const auto it = m.files.find(name);
     BB_CHECK(it != m.files.end(), "checkpoint ", dir, ": its manifest does not list ", name);
     const std::string path = dir + "/" + name;
-    const FileSum s = sum_file(path);
+    const FileSum s = checksum_file(path);
     BB_CHECK(s.bytes == it->second.bytes, "checkpoint file ", path, " is ", s.bytes, " bytes, the manifest records ",
              it->second.bytes);
-    BB_CHECK(s.crc32c == it->second.crc32c, "checkpoint file ", path, " is corrupt: its CRC-32C is ", hex(s.crc32c),
-             ", the manifest records ", hex(it->second.crc32c), " (the file changed after it was saved)");
+    BB_CHECK(s.crc32c == it->second.crc32c, "checkpoint file ", path, " is corrupt: its CRC-32C is ", crc32c_hex(s.crc32c),
+             ", the manifest records ", crc32c_hex(it->second.crc32c), " (the file changed after it was saved)");
   }
 }
 

@@ -8,6 +8,7 @@
 #include "bumblebee/primitive/ckpt/fused_experts.h"
 #include "bumblebee/primitive/ckpt/hf_checkpoint_writer.h"
 #include "bumblebee/primitive/ckpt/peft_adapter.h"
+#include "bumblebee/runtime/hf_config_files.h"
 #include "bumblebee/runtime/model_state.h"
 #include "bumblebee/runtime/pipeline_transfer.h"
 #include "bumblebee/runtime/runtime.h"
@@ -146,16 +147,20 @@ void Runtime::write_hf_model(ModelHandle& h, const std::string& dir, const std::
   if (!writer_rank) return;
   write.finish();
   writer->finish();
+  write_hf_config_files(h.state().hf_config, cfg_.hf_path, dir);
+}
+
+void write_hf_config_files(const nlohmann::json& hf_config, const std::string& hf_path, const std::string& dir) {
   const std::string tmp = dir + "/config.json.tmp";
   {
     std::ofstream f(tmp);
-    f << h.state().hf_config.dump(2) << "\n";
+    f << hf_config.dump(2) << "\n";
     BB_CHECK(f.good(), "cannot write ", tmp);
   }
   fs::rename(tmp, dir + "/config.json");
-  if (cfg_.hf_path.empty() || fs::equivalent(cfg_.hf_path, dir)) return;
+  if (hf_path.empty() || fs::equivalent(hf_path, dir)) return;
   for (const char* file : kSideFiles) {
-    const fs::path from = fs::path(cfg_.hf_path) / file;
+    const fs::path from = fs::path(hf_path) / file;
     if (fs::is_regular_file(from)) copy_file_atomically(from, fs::path(dir) / file);
   }
 }

@@ -21,6 +21,7 @@
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/ckpt/peft_expert_adapter.h"
 #include "bumblebee/primitive/ckpt/safetensors.h"
+#include "bumblebee/primitive/ckpt/sharded_checkpoint.h"
 #include "bumblebee/runtime/runtime.h"
 #include "tests/model/hf_fixture.h"
 
@@ -336,6 +337,26 @@ TEST(Peft, TrainingCheckpointKeepsTheAdapters) {
   EXPECT_NE(adapter_values(h2), adapter_values(h));
   rt2->load_checkpoint(h2, dir);
   EXPECT_EQ(adapter_values(h2), adapter_values(h));
+  fs::remove_all(dir);
+}
+
+// The frozen base weights have no optimizer state: the checkpoint's state/
+// holds them under model/ only, and master weights and moments for the adapters.
+TEST(Peft, FrozenBaseWeightsAreNotInTheCheckpointsOptimizerState) {
+  auto rt = create_runtime(lora_config(test::fixture_dir("qwen3_gqa_lora")));
+  ModelHandle h = rt->build_model();
+  const std::string dir = temp_dir("checkpoint_frozen");
+  rt->save_checkpoint(h, dir);
+  const ShardedCheckpoint ck = ShardedCheckpoint::open(dir + "/state");
+  size_t adapters = 0;
+  for (const Parameter& p : h.model().params().params()) {
+    EXPECT_TRUE(ck.has("model/" + p.name)) << p.name;
+    const bool trains = p.requires_grad();
+    adapters += trains;
+    for (const char* part : {"master/", "exp_avg/", "exp_avg_sq/"})
+      EXPECT_EQ(ck.has(part + p.name), trains) << part << p.name;
+  }
+  EXPECT_GT(adapters, 0u);
   fs::remove_all(dir);
 }
 

@@ -83,23 +83,24 @@ const fs::path& scratch() {
     const ToolResult made = run_command(tool("bb-convert") + " hf_to_bb in=" + fs::path(config).parent_path().string() +
                                         " out=" + (d / "ck_missing_shard").string());
     if (made.code != 0) ADD_FAILURE() << made.out;
-    fs::remove(d / "ck_missing_shard" / "model" / "model.safetensors");
-    // Training checkpoints of qwen3_gqa: one without an optimizer file, one
-    // whose trainer_state.json (manifest rewritten) does not record a tensor.
+    fs::remove(d / "ck_missing_shard" / "state" / "rank-00000.safetensors");
+    // Training checkpoints of qwen3_gqa whose state/metadata.json (manifest
+    // rewritten) lacks the Adam first moments, or one master tensor.
     const ToolResult good = run_command(tool("bb-convert") + " hf_to_bb in=" + fs::path(config).parent_path().string() +
                                         " out=" + (d / "ck_good").string());
     if (good.code != 0) ADD_FAILURE() << good.out;
-    fs::copy(d / "ck_good", d / "ck_missing_moments", fs::copy_options::recursive);
-    fs::remove(d / "ck_missing_moments" / "optimizer" / "exp_avg" / "model.safetensors");
-    fs::copy(d / "ck_good", d / "ck_uncovered", fs::copy_options::recursive);
-    {
-      const fs::path state = d / "ck_uncovered" / "trainer_state.json";
-      nlohmann::json j = nlohmann::json::parse(std::ifstream(state));
-      j["optimizer_tensors"]["master"].erase("model.norm.weight");
-      std::ofstream(state) << j.dump(2);
-      fs::remove(d / "ck_uncovered" / "manifest.json");
-      write_checkpoint_manifest((d / "ck_uncovered").string());
-    }
+    auto drop_tensors = [&](const std::string& ck, const std::string& prefix) {
+      fs::copy(d / "ck_good", d / ck, fs::copy_options::recursive);
+      const fs::path metadata = d / ck / "state" / "metadata.json";
+      nlohmann::json j = nlohmann::json::parse(std::ifstream(metadata));
+      for (auto it = j["tensors"].begin(); it != j["tensors"].end();)
+        it = it.key().starts_with(prefix) ? j["tensors"].erase(it) : std::next(it);
+      std::ofstream(metadata) << j.dump(1);
+      fs::remove(d / ck / "manifest.json");
+      write_checkpoint_manifest((d / ck).string());
+    };
+    drop_tensors("ck_missing_moments", "exp_avg/");
+    drop_tensors("ck_uncovered", "master/model.norm.weight");
     // A qwen3_moe checkpoint whose layer 0 holds its experts fused and one per-expert tensor too.
     {
       const std::string fixtures = std::string(BB_SOURCE_DIR) + "/tests/fixtures/";
@@ -306,7 +307,7 @@ std::vector<Row> rows() {
        "out={tmp}/notackpt exists and is not an HF model folder (no config.json)"},
       {"convert_in_not_a_checkpoint", "bb-convert", "bb_to_hf in={fx} out={tmp}/o", 1, "manifest.json is missing"},
       {"convert_missing_shard", "bb-convert", "bb_to_hf in={tmp}/ck_missing_shard out={tmp}/o", 1,
-       "model/model.safetensors"},
+       "state/rank-00000.safetensors is missing"},
       {"convert_bad_dtype", "bb-convert", "bb_to_hf in={tmp}/ck_missing_shard out={tmp}/o dtype=fp8", 1,
        "key 'dtype': 'fp8' is not one of: source, bf16, fp32"},
       {"convert_bad_shard_size", "bb-convert", "bb_to_hf in={tmp}/ck_missing_shard out={tmp}/o export.max_shard_bytes=5XB",
@@ -323,10 +324,11 @@ std::vector<Row> rows() {
       {"resume_incompatible_config", "bb-correctness",
        kCorrectness + "steps=1 resume_from={tmp}/ck_good 'backend.model_overrides={\"rms_norm_eps\": 1e-5}'", 1,
        "another config than the one built: rms_norm_eps is 1e-06 there and 1e-05 here"},
-      {"resume_missing_optimizer_file", "bb-correctness", kCorrectness + "steps=1 resume_from={tmp}/ck_missing_moments",
-       1, "optimizer/exp_avg/model.safetensors is missing"},
+      {"resume_metadata_missing_moments", "bb-correctness", kCorrectness + "steps=1 resume_from={tmp}/ck_missing_moments",
+       1, "{tmp}/ck_missing_moments/state/metadata.json has no tensor 'exp_avg/"},
       {"resume_metadata_not_covering_a_tensor", "bb-correctness", kCorrectness + "steps=1 resume_from={tmp}/ck_uncovered",
-       1, "does not cover tensor 'model.norm.weight' of {tmp}/ck_uncovered/optimizer/master"},
+       1, "{tmp}/ck_uncovered/state/metadata.json has no tensor 'master/model.norm.weight', which this model holds "
+          "with optimizer state"},
       {"correctness_pp_balanced_too_few_layers", "bb-correctness",
        kCorrectness + "backend.parallel.pp=4 num_microbatches=4", 1,
        "num_hidden_layers 2 cannot fill pp * vpp = 4 pipeline stages", 4},

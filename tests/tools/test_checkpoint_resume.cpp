@@ -57,12 +57,12 @@ TEST(CheckpointResume, TensorAndDataParallelContinueExactlyInFloat32) { check_re
 // Each pipeline stage saves and restores its own optimizer slices (two virtual stages per rank here).
 TEST(CheckpointResume, PipelineStagesContinueExactly) { check_resume(4, 2, kPipeline); }
 
-// A corrupt optimizer file must end all four ranks, not leave some waiting.
+// A corrupt shard file (read by some ranks only) must end all four ranks, not leave some waiting.
 TEST(CheckpointResume, CorruptOptimizerFileEndsEveryRank) {
   const fs::path ck = fs::temp_directory_path() / ("bb_resume_corrupt_" + std::to_string(::getpid()));
   fs::remove_all(ck);
   run_ok(correctness(4, 2, "steps=1 checkpoint_out=" + ck.string()));
-  const fs::path shard = ck / "optimizer" / "exp_avg_sq" / "model.safetensors";
+  const fs::path shard = ck / "state" / "rank-00001.safetensors";
   std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(std::streamoff(fs::file_size(shard) - 1));
   f.put('\x7f');
@@ -70,7 +70,7 @@ TEST(CheckpointResume, CorruptOptimizerFileEndsEveryRank) {
   const test::ToolResult r = test::run_command("timeout 120 " + correctness(4, 2, "steps=1 resume_from=" + ck.string()));
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.code, 124) << "timed out: " << r.out;
-  EXPECT_NE(r.out.find("exp_avg_sq/model.safetensors is corrupt"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("state/rank-00001.safetensors is corrupt"), std::string::npos) << r.out;
   fs::remove_all(ck);
 }
 #endif
