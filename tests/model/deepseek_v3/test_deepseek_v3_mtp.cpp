@@ -30,22 +30,19 @@ TEST(DeepseekV3Mtp, ExportsTheMtpLayerAsLoaded) {
   const fs::path dir = fs::path(testing::TempDir()) / ("bb_dsv3_mtp_export_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   rt->save_hf_checkpoint(h, dir.string());
-  // The export writes experts per expert; the fixture holds them fused, so those are compared through the model.
+  // The fixture stores its experts fused, and the export follows the source's layout: every tensor comes back.
   const HFCheckpoint in = HFCheckpoint::open(cfg.hf_path), out = HFCheckpoint::open(dir.string());
   std::set<std::string> mtp;
   for (const std::string& n : in.names()) {
-    if (n.find(".mlp.experts.") != std::string::npos) continue;
     ASSERT_TRUE(out.has(n)) << "the export lacks " << n;
     if (n.rfind("model.layers.2.", 0) == 0) mtp.insert(n);
     EXPECT_EQ(out.get(n).to_doubles(), in.get(n).to_doubles()) << n;
   }
   for (const char* part : {"embed_tokens.weight", "enorm.weight", "hnorm.weight", "eh_proj.weight",
                            "shared_head.norm.weight", "shared_head.head.weight", "self_attn.q_a_proj.weight",
-                           "mlp.gate.e_score_correction_bias", "mlp.shared_experts.down_proj.weight"})
+                           "mlp.gate.e_score_correction_bias", "mlp.shared_experts.down_proj.weight",
+                           "mlp.experts.gate_up_proj", "mlp.experts.down_proj"})
     EXPECT_TRUE(mtp.count(std::string("model.layers.2.") + part)) << part;
-  const std::string expert = "model.layers.2.mlp.experts.7.down_proj.weight";
-  ASSERT_TRUE(out.has(expert));
-  EXPECT_EQ(out.get(expert).to_doubles(), h.model().params().get(expert).value.to_doubles());
   fs::remove_all(dir);
 }
 
