@@ -144,7 +144,7 @@ try:
     o = json.load(open(sys.argv[2]))
 except Exception:
     print(sys.argv[3], "FAILED:", open(sys.argv[4]).read()[-400:]); sys.exit()
-rel = lambda a, b: abs(a - b) / abs(b)
+rel = lambda a, b: abs(a - b) / abs(b) if b else abs(a)   # a zero reference (an untrained bias's grad): absolute
 # (a fused-expert checkpoint's reference names its fused tensors; bb reports per expert)
 pp = max(rel(o["per_param_grad_norm"][k], v) for k, v in ref["per_param_grad_norm"].items() if k in o["per_param_grad_norm"])
 print(f"{sys.argv[3]:18s} bf16 vs HF f64: loss {rel(o['loss'], ref['loss']):.2e} grad_norm {rel(o['grad_norm'], ref['grad_norm']):.2e} "
