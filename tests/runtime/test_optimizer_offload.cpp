@@ -167,23 +167,46 @@ TEST(OptimizerOffload, AFractionOutsideZeroToOneIsAnErrorNamingTheKey) {
 // float32 arithmetic differs in rounding: equal within float32 rounding, not
 // bit for bit, so a bf16 weight may round to its neighbour. Run by the
 // gpu_unit stage; skipped without a GPU.
+// The device kernel multiplies by 1/sqrt(1 - beta2^t) where the host op
+// divides by sqrt(1 - beta2^t), so the first step's masters differ by fp32
+// rounding and its bf16 weights by at most one bf16 ulp. Later steps are not
+// compared element by element: Adam's update m / sqrt(v) has the sign of
+// gradients near zero, which the bf16 weights' last bits (and two CUDA runs'
+// atomics) can flip, moving such an element by 2 lr; the losses and each
+// tensor's overall difference must stay small.
 TEST(OptimizerOffloadCuda, HybridStepsMatchTheDeviceStepToRounding) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  auto weights_of = [](OffloadRun& r) {
+    std::vector<std::vector<double>> out;
+    for (Parameter& p : r.h.model().params().params()) out.push_back(p.value.to_doubles());
+    return out;
+  };
+  OffloadRun plain1 = make_run("bfloat16", 0.0, "cuda");
+  train_steps(plain1, 1);
+  const auto one_step = weights_of(plain1);
   OffloadRun plain = make_run("bfloat16", 0.0, "cuda");
   const std::vector<double> losses = train_steps(plain, 3);
-  std::vector<std::vector<double>> weights;
-  for (Parameter& p : plain.h.model().params().params()) weights.push_back(p.value.to_doubles());
+  const auto three_steps = weights_of(plain);
   for (double f : {0.5, 1.0}) {
+    OffloadRun hybrid1 = make_run("bfloat16", f, "cuda");
+    EXPECT_TRUE(hybrid1.h.optimizer().groups().front().host.master.storage()->pinned_host());
+    train_steps(hybrid1, 1);
+    const auto got1 = weights_of(hybrid1);
+    for (size_t t = 0; t < got1.size(); ++t)
+      for (size_t k = 0; k < got1[t].size(); ++k)
+        ASSERT_LE(std::abs(got1[t][k] - one_step[t][k]), std::ldexp(std::abs(one_step[t][k]), -7) + 1e-9)
+            << "tensor " << t << " element " << k << " f=" << f;
     OffloadRun hybrid = make_run("bfloat16", f, "cuda");
-    EXPECT_TRUE(hybrid.h.optimizer().groups().front().host.master.storage()->pinned_host());
     const std::vector<double> got = train_steps(hybrid, 3);
     for (size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(got[i], losses[i], 1e-3 * std::abs(losses[i])) << f;
-    size_t t = 0;
-    for (Parameter& p : hybrid.h.model().params().params()) {
-      const std::vector<double> w = p.value.to_doubles();
-      for (size_t k = 0; k < w.size(); ++k)
-        ASSERT_NEAR(w[k], weights[t][k], 2e-2 * std::abs(weights[t][k]) + 1e-3) << p.name << " f=" << f;
-      ++t;
+    const auto got3 = weights_of(hybrid);
+    for (size_t t = 0; t < got3.size(); ++t) {
+      double diff = 0, norm = 0;
+      for (size_t k = 0; k < got3[t].size(); ++k) {
+        diff += (got3[t][k] - three_steps[t][k]) * (got3[t][k] - three_steps[t][k]);
+        norm += three_steps[t][k] * three_steps[t][k];
+      }
+      EXPECT_LT(std::sqrt(diff), 5e-2 * std::sqrt(norm)) << "tensor " << t << " f=" << f;
     }
   }
 }
