@@ -80,7 +80,7 @@ uint64_t HFCheckpointWriter::finish() {
   // Files of an earlier checkpoint would shadow or contradict the new one.
   for (const auto& entry : fs::directory_iterator(root)) {
     const std::string file = entry.path().filename().string();
-    const bool ours = file == kSingleFile || file == kIndexFile || std::regex_match(file, kShardName);
+    const bool ours = file == kSingleFile || file == kIndexFile || is_shard_name(file);
     if (ours && !written.count(file)) fs::remove(entry.path());
   }
   return total_bytes_;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bumblebee/primitive/ckpt/hf_checkpoint_names.h"
 #include "tests/primitive/ckpt/ckpt_test_util.h"
 
 namespace bb {
@@ -45,6 +46,17 @@ void expect_same(const HFCheckpoint& ck, const std::vector<std::pair<std::string
   }
   std::sort(names.begin(), names.end());
   EXPECT_EQ(ck.names(), names);
+}
+
+TEST(HFCheckpointNames, ShardNamesAreExactlyTheWritersPattern) {
+  using hf_files::is_shard_name;
+  EXPECT_TRUE(is_shard_name(hf_files::shard_name(0, 3)));
+  EXPECT_TRUE(is_shard_name("model-00012-of-00340.safetensors"));
+  for (const char* other : {"model-1-of-3.safetensors", "model-00001-of-00003.safetensors.tmp",
+                            "model-0000a-of-00003.safetensors", "model-00001-of-000030.safetensors",
+                            "xmodel-00001-of-00003.safetensors", "model-00001_of-00003.safetensors",
+                            "model.safetensors", ""})
+    EXPECT_FALSE(is_shard_name(other)) << other;
 }
 
 TEST_F(HFCheckpointTest, SingleFileRoundTrip) {
