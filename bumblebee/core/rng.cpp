@@ -6,15 +6,6 @@
 
 namespace bb {
 
-namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
 uint64_t Generator::next_u64() { return splitmix64(seed_ * 0x632be59bd9b4e019ull + counter_++); }
 
 double Generator::uniform() { return double(next_u64() >> 11) * 0x1.0p-53; }

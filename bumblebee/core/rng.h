@@ -11,6 +11,16 @@
 
 namespace bb {
 
+// The SplitMix64 finaliser: a well-mixed 64-bit value of x. Generator draws
+// splitmix64(seed * C + counter); the dropout masks (ops/cpu/dropout.cpp and
+// its CUDA twin) draw it per element, so any slice can be drawn alone.
+constexpr uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 class Generator {
  public:
   explicit Generator(uint64_t seed) : seed_(seed) {}

@@ -1,19 +1,11 @@
-// CPU dropout mask: the counter-based keep/drop draw of every element.
+// CPU dropout mask: the counter-based keep/drop draw of every element
+// (splitmix64 over key and element index; the CUDA kernel draws the same bits,
+// so both backends drop the same elements).
+#include "bumblebee/core/rng.h"
 #include "bumblebee/ops/cpu/cpu_ops.h"
 #include "bumblebee/ops/cpu/dtype_dispatch.h"
 
 namespace bb::cpu {
-
-namespace {
-// SplitMix64 over (key, counter), as core/rng.cpp draws; the CUDA kernel
-// computes the same bits, so both backends drop the same elements.
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 void dropout_mask(Tensor& mask, uint64_t key, int64_t row_stride, int64_t col_offset, double p) {
   const int64_t rows = mask.size(0), cols = mask.size(1);
