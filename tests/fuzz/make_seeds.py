@@ -306,3 +306,49 @@ write(R, "hostile_top_level_array", [base])
 write(R, "hostile_deep_nesting", '{"model": {"overrides": ' + deep(3000, '{"a":', "}").replace("}", "1}", 1) + "}}")
 write(R, "hostile_not_utf8", b'{"description": "\xff\xfe", "model": {"hf_path": "\xc0\xaf"}}')
 write(R, "hostile_truncated", json.dumps(base)[:40])
+
+# ---- sharded_metadata -----------------------------------------------------------------------
+S = "sharded_metadata"
+SHARDED = "bumblebee-sharded-1"
+FILES = {"rank-00000.safetensors": {"bytes": 1024, "crc32c": 305419896},
+         "rank-00001.safetensors": {"bytes": 512, "crc32c": 4023233417}}
+
+
+def piece(file, name, offsets, extent):
+    return {"file": file, "name": name, "offsets": offsets, "extent": extent}
+
+
+VALID = {"format": SHARDED, "files": FILES, "tensors": {
+    "model/w": {"shape": [4, 6], "dtype": "F32", "shards": [piece("rank-00000.safetensors", "model/w.0", [0, 0], [2, 6]),
+                                                            piece("rank-00001.safetensors", "model/w.1", [2, 0], [2, 6])]},
+    "master/w": {"shape": [4, 6], "dtype": "F32", "shards": [piece("rank-00000.safetensors", "master/w.0", [0, 0], [4, 3]),
+                                                             piece("rank-00001.safetensors", "master/w.1", [0, 3], [4, 3])]},
+    "model/norm": {"shape": [6], "dtype": "BF16", "shards": [piece("rank-00000.safetensors", "model/norm", [0], [6])]},
+    "model/empty": {"shape": [0, 3], "dtype": "F32", "shards": []}}}
+
+
+def with_tensor(shape, dtype, shards):
+    return {"format": SHARDED, "files": FILES, "tensors": {"t": {"shape": shape, "dtype": dtype, "shards": shards}}}
+
+
+R0 = "rank-00000.safetensors"
+write(S, "valid_two_ranks", VALID)
+write(S, "valid_no_tensors", {"format": SHARDED, "files": {}, "tensors": {}})
+write(S, "hostile_wrong_format", {**VALID, "format": "bumblebee-sharded-0"})
+write(S, "hostile_path_traversal", {**VALID, "files": {"../../etc/passwd": {"bytes": 1, "crc32c": 1}}})
+write(S, "hostile_dot_file", {**VALID, "files": {"..": {"bytes": 1, "crc32c": 1}, "": {"bytes": 0, "crc32c": 0}}})
+write(S, "hostile_unlisted_file", with_tensor([2], "F32", [piece("other.safetensors", "t", [0], [2])]))
+write(S, "hostile_overlap", with_tensor([4], "F32", [piece(R0, "a", [0], [3]), piece(R0, "b", [2], [2])]))
+write(S, "hostile_outside_shape", with_tensor([4], "F32", [piece(R0, "a", [2], [3])]))
+write(S, "hostile_missing_piece", with_tensor([4, 4], "F32", [piece(R0, "a", [0, 0], [4, 2])]))
+write(S, "hostile_rank_mismatch", with_tensor([4, 4], "F32", [piece(R0, "a", [0], [4])]))
+write(S, "hostile_negative", with_tensor([-4], "F32", [piece(R0, "a", [-1], [-3])]))
+write(S, "hostile_huge_shape", with_tensor([2 ** 62, 2 ** 62], "F32", [piece(R0, "a", [0, 0], [2 ** 62, 2 ** 62])]))
+write(S, "hostile_overflowing_offsets", with_tensor([8], "F32", [piece(R0, "a", [2 ** 63 - 1], [2 ** 63 - 1])]))
+write(S, "hostile_bad_dtype", with_tensor([1], "Q4", [piece(R0, "a", [0], [1])]))
+write(S, "hostile_wrong_types", {"format": SHARDED, "files": {R0: {"bytes": "x", "crc32c": -1}},
+                                 "tensors": {"t": {"shape": "4", "dtype": 3, "shards": {}}}})
+write(S, "hostile_crc_too_large", {**VALID, "files": {R0: {"bytes": 1, "crc32c": 2 ** 40}}})
+write(S, "hostile_top_level_array", [VALID])
+write(S, "hostile_deep_nesting", '{"format": "' + SHARDED + '", "files": ' + deep(3000, '{"a":', "}").replace("}", "1}", 1) + "}")
+write(S, "hostile_not_utf8", b'{"format": "bumblebee-sharded-1", "files": {"\xff": {"bytes": 1, "crc32c": 1}}, "tensors": {}}')

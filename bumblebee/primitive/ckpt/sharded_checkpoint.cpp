@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <tuple>
 
@@ -127,6 +128,23 @@ struct Parsed {
   std::map<std::string, std::tuple<Shape, DType, std::vector<std::tuple<std::string, std::string, TensorBox>>>> tensors;
 };
 
+// JSON numbers from outside, read strictly: a float or an integer out of range
+// is an error (json's own get<> would convert or wrap it).
+int64_t integer_of(const json& v, const std::string& source, const std::string& what, int64_t lo, int64_t hi) {
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(hi)
+                    : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi
+                                            : false;
+  BB_CHECK(fits, source, ": ", what, " must be an integer in [", lo, ", ", hi, "], got ", v.dump());
+  return v.is_number_unsigned() ? int64_t(v.get<uint64_t>()) : v.get<int64_t>();
+}
+
+Shape dims_of(const json& v, const std::string& source, const std::string& what) {
+  BB_CHECK(v.is_array(), source, ": ", what, " must be an array of integers, got ", v.dump());
+  Shape out;
+  for (const json& d : v) out.push_back(integer_of(d, source, what, 0, std::numeric_limits<int64_t>::max()));
+  return out;
+}
+
 Parsed parse_metadata(const json& m, const std::string& source) {
   Parsed out;
   try {
@@ -136,11 +154,13 @@ Parsed parse_metadata(const json& m, const std::string& source) {
       // The metadata comes from outside: it must not reach files beyond its folder.
       BB_CHECK(!file.empty() && fs::path(file).filename() == file && file != "." && file != "..", source,
                ": file '", file, "' is not a plain file name in the checkpoint folder");
-      out.files[file] = {f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>()};
+      const std::string what = "file '" + file + "'";
+      out.files[file] = {uint64_t(integer_of(f.at("bytes"), source, what + " bytes", 0, std::numeric_limits<int64_t>::max())),
+                         uint32_t(integer_of(f.at("crc32c"), source, what + " crc32c", 0, 0xffffffffll))};
     }
     for (const auto& [key, t] : m.at("tensors").items()) {
-      const Shape shape = t.at("shape").get<Shape>();
-      for (int64_t d : shape) BB_CHECK(d >= 0, source, ": tensor '", key, "' has shape ", shape_str(shape));
+      const Shape shape = dims_of(t.at("shape"), source, "the shape of tensor '" + key + "'");
+      shape_numel(shape);   // fails naming the shape when its element count overflows
       const DType dtype = dtype_from_name(t.at("dtype").get<std::string>());
       std::vector<std::tuple<std::string, std::string, TensorBox>> pieces;
       int64_t covered = 0;
@@ -148,10 +168,12 @@ Parsed parse_metadata(const json& m, const std::string& source) {
         const std::string file = s.at("file").get<std::string>();
         BB_CHECK(out.files.count(file), source, ": a piece of tensor '", key, "' is in '", file,
                  "', which the metadata does not list");
-        const TensorBox box{s.at("offsets").get<Shape>(), s.at("extent").get<Shape>()};
+        const std::string what = "a piece of tensor '" + key + "'";
+        const TensorBox box{dims_of(s.at("offsets"), source, what + ": offsets"),
+                            dims_of(s.at("extent"), source, what + ": extent")};
         bool inside = box.offsets.size() == shape.size() && box.extent.size() == shape.size();
-        for (size_t d = 0; inside && d < shape.size(); ++d)
-          inside = box.offsets[d] >= 0 && box.extent[d] >= 0 && box.offsets[d] + box.extent[d] <= shape[d];
+        for (size_t d = 0; inside && d < shape.size(); ++d)   // offset <= shape - extent: no overflowing sum
+          inside = box.extent[d] <= shape[d] && box.offsets[d] <= shape[d] - box.extent[d];
         BB_CHECK(inside, source, ": piece ", s.dump(), " of tensor '", key, "' lies outside its shape ",
                  shape_str(shape));
         for (const auto& other : pieces)

@@ -116,6 +116,10 @@ TEST_F(ShardedCheckpointTest, HostileMetadataIsRejectedNamingTheTensorOrFile) {
        {"'../x.safetensors'", "not a plain file name"}},
       {"another format", [](json& m) { m["format"] = "something-else"; }, {"not a sharded checkpoint metadata"}},
       {"a field of the wrong type", [](json& m) { m["files"]["rank-00000.safetensors"]["bytes"] = "many"; },
+       {"file 'rank-00000.safetensors' bytes must be an integer", "\"many\""}},
+      {"a float where an integer goes", [](json& m) { m["files"]["rank-00000.safetensors"]["crc32c"] = 4.6e21; },
+       {"crc32c must be an integer in [0, 4294967295]"}},
+      {"a missing field", [](json& m) { m["files"]["rank-00000.safetensors"].erase("crc32c"); },
        {"not valid sharded checkpoint metadata"}},
   };
   for (const Row& r : rows) {
