@@ -5,7 +5,11 @@ trainer hands to an inference engine on the same device). Prints one JSON
 line per target with seconds and GB/s (bytes of the exported tensors).
 
     PYTHONPATH=build/python python3 benchmarks/export_weights_bench.py configs/qwen3-1.7b \\
-        [--device cuda] [--dtype bfloat16] [--bucket-bytes 536870912] [--repeats 3]
+        [--device cuda] [--dtype bfloat16] [--bucket-bytes 536870912] [--repeats 3] \\
+        [--targets host_numpy gpu_tensor]
+
+torch, when a target needs it, is imported before bumblebee (docs/python.md:
+the first import supplies libnccl.so.2 to both).
 """
 
 import argparse
@@ -13,8 +17,6 @@ import json
 import time
 
 import numpy as np
-
-import bumblebee as bb
 
 
 def stream(rt, h, args, consume):
@@ -35,19 +37,25 @@ def main():
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--bucket-bytes", type=int, default=512 << 20)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--targets", nargs="+", default=["host_numpy", "gpu_tensor"], choices=["host_numpy", "gpu_tensor"])
     args = p.parse_args()
+    torch = None
+    if "gpu_tensor" in args.targets:
+        if not args.device.startswith("cuda"):
+            p.error("--targets gpu_tensor needs --device cuda")
+        import torch
+    import bumblebee as bb
+
     dtype = "auto" if args.device == "cuda" else "float32"
     rt = bb.create_runtime(
         bb.RuntimeConfig(hf_path=args.hf_dir, backend_cfg=bb.BBConfig(load_hf_weights=False, device=args.device, dtype=dtype))
     )
     h = rt.build_model()
 
-    targets = {"host_numpy": lambda name, a: None}
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    if torch is not None and args.device.startswith("cuda"):
+    targets = {}
+    if "host_numpy" in args.targets:
+        targets["host_numpy"] = lambda name, a: None
+    if torch is not None:
         gpu = torch.device(args.device if ":" in args.device else "cuda:0")
         kept = {}
 

@@ -41,6 +41,8 @@
 #             init, bf16) streamed in 512 MiB buckets to host numpy and, with torch, to tensors on the same GPU;
 #             seconds and GB/s into results.jsonl. Builds the _bumblebee module for python3, which needs
 #             nanobind importable (NANOBIND_PATH=DIR adds a carried copy's folder to PYTHONPATH)
+#   resume    training resumed from a checkpoint on the GPU at the same layout (fixtures qwen3_gqa, qwen3_moe_fused):
+#             6 steps straight (twice) against 3 steps, a save, and a fresh process resuming; losses compared bitwise
 #   gpu_unit  the CPU test binary's cases that need a GPU (NCCL on one GPU, CUDA dispatch), which skip in CI
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
@@ -101,7 +103,6 @@ if [ $needs_bb = 1 ]; then
   case " $stages " in *" sft "*) targets="$targets bb-train" ;; esac
   case " $stages " in *" nccl "*) targets="$targets bb_mpi_tests" ;; esac
   case " $stages " in *" gpu_unit "*) targets="$targets bb_tests bb-convert" ;; esac
-  case " $stages " in *" export "*) targets="$targets _bumblebee" ;; esac
   case " $stages " in *" export "*) grep -q "Python bindings for" "$LOGS/cmake.log" && targets="$targets _bumblebee" ;; esac
   ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s"
@@ -164,6 +165,27 @@ rel = lambda a, b: abs(a - b) / abs(b) if b else abs(a)   # a zero reference (an
 pp = max(rel(o["per_param_grad_norm"][k], v) for k, v in ref["per_param_grad_norm"].items() if k in o["per_param_grad_norm"])
 print(f"{sys.argv[3]:18s} bf16 vs HF f64: loss {rel(o['loss'], ref['loss']):.2e} grad_norm {rel(o['grad_norm'], ref['grad_norm']):.2e} "
       f"max per-param {pp:.2e} 5-step losses {max(rel(a, b) for a, b in zip(o['losses'], ref['losses'])):.2e}")
+PY
+      done ;;
+    resume)
+      # Resume on the GPU at the same layout (issue 14): 6 steps straight, twice (how far two identical runs
+      # differ), against 3 steps, a training checkpoint, then a fresh process resuming for 3 more.
+      # RESUME_ARGS adds keys (e.g. backend.deterministic=true).
+      for f in ${RESUME_FIXTURES:-qwen3_gqa qwen3_moe_fused}; do
+        d=tests/fixtures/$f; ck=/tmp/resume_$f; rm -rf $ck
+        run="$bin/bb-correctness hf_path=$d tokens=$d/tokens.json backend.device=cuda optimizer.lr=0.01 ${RESUME_ARGS:-}"
+        timeout 60 $run steps=6 > "$LOGS/resume_${f}_a.json" 2>> "$LOGS/resume_$f.err"
+        timeout 60 $run steps=6 > "$LOGS/resume_${f}_b.json" 2>> "$LOGS/resume_$f.err"
+        timeout 60 $run steps=3 checkpoint_out=$ck > "$LOGS/resume_${f}_first.json" 2>> "$LOGS/resume_$f.err"
+        timeout 60 $run steps=3 resume_from=$ck > "$LOGS/resume_${f}_resumed.json" 2>> "$LOGS/resume_$f.err"
+        python3 - "$LOGS/resume_$f" "$f" "${RESUME_ARGS:-}" <<'PY' | tee -a "$results" || tail -5 "$LOGS/resume_$f.err"
+import json, sys
+p, name, extra = sys.argv[1:]
+a, b, first, resumed = (json.load(open(f"{p}_{k}.json"))["losses"] for k in ("a", "b", "first", "resumed"))
+print(json.dumps({"bench": "gpu_resume", "fixture": name, "args": extra, "straight": a, "resumed": first + resumed,
+                  "repeat_bitwise": a == b, "resume_bitwise": a == first + resumed,
+                  "max_abs_repeat": max(abs(x - y) for x, y in zip(a, b)),
+                  "max_abs_resume": max(abs(x - y) for x, y in zip(a, first + resumed))}))
 PY
       done ;;
     offload)
@@ -334,16 +356,22 @@ PY
       if [ ! -e "$build/python/bumblebee/__init__.py" ]; then
         echo "export: the Python module was not built ($(grep -m1 'Python bindings' "$LOGS/cmake.log"))"
       else
-        timeout 300 env PYTHONPATH=$build/python:${PYTHONPATH:-} python3 -X faulthandler benchmarks/export_weights_bench.py configs/qwen3-1.7b \
-          --device cuda --dtype bfloat16 --bucket-bytes $((512 << 20)) > "$LOGS/export.log" 2>&1
-        cat "$LOGS/export.log" | tail -5
-        # A crash before Python code runs leaves only the import in the Python trace: the native frames say more.
-        grep -q "Segmentation fault" "$LOGS/export.log" && command -v gdb > /dev/null &&
-          PYTHONPATH=$build/python timeout 120 gdb -q -batch -ex run -ex bt --args python3 -c "import bumblebee" 2>&1 |
-          grep -E "^#|signal" | head -30
-        grep -q "Segmentation fault" "$LOGS/export.log" &&
-          PYTHONPATH=$build/python LD_DEBUG=files timeout 60 python3 -c "import bumblebee" 2>&1 | grep "calling init" | tail -4
-        grep '^{' "$LOGS/export.log" | python3 -c "import json, sys; [print(json.dumps({**json.loads(l), 'runner': 'bb'})) for l in sys.stdin]" >> "$results"
+        # A crash prints its native frames (benchmarks/native_backtrace.c: the machine has no gdb).
+        gcc -shared -fPIC -O1 -o /tmp/native_backtrace.so benchmarks/native_backtrace.c -ldl
+        pyb="env PYTHONPATH=$build/python:${PYTHONPATH:-} LD_PRELOAD=/tmp/native_backtrace.so python3 -X faulthandler"
+        # Every import order of numpy, torch and bumblebee, each in a fresh process.
+        for order in "numpy bumblebee" "bumblebee numpy" "torch bumblebee" "bumblebee torch"; do
+          timeout 120 $pyb -c "import ${order// /, }" > "$LOGS/import_${order// /_}.log" 2>&1
+          echo "import ${order// /, }: exit $?"; grep -A24 "native_backtrace" "$LOGS/import_${order// /_}.log" | head -26
+        done
+        # Host numpy alone first (no torch in the process), then with torch's GPU tensors as the target.
+        for targets in host_numpy "host_numpy gpu_tensor"; do
+          log="$LOGS/export_${targets// /_}.log"
+          timeout 300 $pyb benchmarks/export_weights_bench.py configs/qwen3-1.7b --device cuda --dtype bfloat16 \
+            --bucket-bytes $((512 << 20)) --targets $targets > "$log" 2>&1
+          echo "export to $targets: exit $?"; grep -v '^{' "$log" | tail -30
+          grep '^{' "$log" | python3 -c "import json, sys; [print(json.dumps({**json.loads(l), 'runner': 'bb'})) for l in sys.stdin]" | tee -a "$results"
+        done
       fi ;;
     gpu_unit)
       timeout 120 $bin/bb_tests --gtest_filter="${GPU_UNIT_FILTER:-NcclOneGpu*:*Cuda*:*CUDA*}" > "$LOGS/gpu_unit.log" 2>&1
