@@ -41,7 +41,8 @@
 #             init, bf16) streamed in 512 MiB buckets to host numpy and, with torch, to tensors on the same GPU;
 #             seconds and GB/s into results.jsonl. Builds the _bumblebee module for python3, which needs
 #             nanobind importable (NANOBIND_PATH=DIR adds a carried copy's folder to PYTHONPATH)
-#   resume    training resumed from a checkpoint on the GPU at the same layout (fixtures qwen3_gqa, qwen3_moe_fused):
+#   resume    training resumed from a checkpoint on the GPU at the same layout (RESUME_MODELS: fixtures qwen3_gqa,
+#             qwen3_moe_fused and the 100M parity model):
 #             6 steps straight (twice) against 3 steps, a save, and a fresh process resuming; losses compared bitwise
 #   gpu_unit  the CPU test binary's cases that need a GPU (NCCL on one GPU, CUDA dispatch), which skip in CI
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
@@ -171,9 +172,14 @@ PY
       # Resume on the GPU at the same layout (issue 14): 6 steps straight, twice (how far two identical runs
       # differ), against 3 steps, a training checkpoint, then a fresh process resuming for 3 more.
       # RESUME_ARGS adds keys (e.g. backend.deterministic=true).
-      for f in ${RESUME_FIXTURES:-qwen3_gqa qwen3_moe_fused}; do
-        d=tests/fixtures/$f; ck=/tmp/resume_$f; rm -rf $ck
-        run="$bin/bb-correctness hf_path=$d tokens=$d/tokens.json backend.device=cuda optimizer.lr=0.01 ${RESUME_ARGS:-}"
+      for f in ${RESUME_MODELS:-qwen3_gqa qwen3_moe_fused parity}; do
+        ck=/tmp/resume_$f; rm -rf $ck
+        if [ $f = parity ]; then   # the 100M-parameter parity model, 8 rows of 512 tokens a step
+          parity_model; model="hf_path=/tmp/parity/model tokens=/tmp/parity/tokens.json rows_per_step=8 optimizer.lr=1e-4"
+        else
+          model="hf_path=tests/fixtures/$f tokens=tests/fixtures/$f/tokens.json optimizer.lr=0.01"
+        fi
+        run="$bin/bb-correctness $model backend.device=cuda ${RESUME_ARGS:-}"
         timeout 60 $run steps=6 > "$LOGS/resume_${f}_a.json" 2>> "$LOGS/resume_$f.err"
         timeout 60 $run steps=6 > "$LOGS/resume_${f}_b.json" 2>> "$LOGS/resume_$f.err"
         timeout 60 $run steps=3 checkpoint_out=$ck > "$LOGS/resume_${f}_first.json" 2>> "$LOGS/resume_$f.err"
