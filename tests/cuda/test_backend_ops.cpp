@@ -249,23 +249,34 @@ void elementwise_cases(std::vector<Case>& cases) {
 }
 
 // Column gathers as multi-head latent attention uses them (DeepSeek-V3's
-// dims), and an odd one with repeats; float64 runs on both sides in float64.
+// dims), one whose 16-byte groups mix runs, repeats and unread columns, an
+// odd one with repeats (one element a thread), and one on a matrix that
+// starts off 16-byte alignment; float64 runs on both sides in float64.
 void column_gather_cases(std::vector<Case>& cases) {
   struct Gather {
     const char* name;
     int64_t rows, in;
     std::vector<int64_t> index;
+    bool shifted = false;   // x and dy one element past an allocation's start
   };
-  std::vector<int64_t> k_nope, k_rope_bcast, rope_deinterleave, odd;
+  std::vector<int64_t> k_nope, k_rope_bcast, rope_deinterleave, q_nope, mixed, odd;
   for (int64_t h = 0; h < 16; ++h)
     for (int64_t c = 0; c < 128; ++c) k_nope.push_back(h * 256 + c);
   for (int64_t h = 0; h < 16; ++h)
     for (int64_t c = 0; c < 64; ++c) k_rope_bcast.push_back(c);
   for (int64_t j = 0; j < 64; ++j) rope_deinterleave.push_back(512 + (j < 32 ? 2 * j : 2 * (j - 32) + 1));
+  for (int64_t h = 0; h < 3; ++h)
+    for (int64_t c = 0; c < 128; ++c) q_nope.push_back(h * 192 + c);
+  for (int64_t j = 0; j < 16; ++j) mixed.push_back(j);
+  for (int64_t j = 0; j < 8; ++j) mixed.push_back(j % 3 == 0 ? 20 + j : 5);
+  for (int64_t j = 0; j < 8; ++j) mixed.push_back(24 + j);
   for (int64_t j = 0; j < 9; ++j) odd.push_back((j * 5) % 13 / 2);
   const Gather gathers[] = {{"kv_b k_nope 16 heads", 300, 16 * 256, k_nope},
                             {"k_rope to 16 heads", 257, 64, k_rope_bcast},
                             {"kv_a rope de-interleave", 129, 576, rope_deinterleave},
+                            {"q nope 3 heads", 65, 3 * 192, q_nope},
+                            {"mixed 16-byte groups", 33, 40, mixed},
+                            {"q nope 3 heads, shifted", 65, 3 * 192, q_nope, true},
                             {"odd repeats", 37, 13, odd},
                             {"no rows", 0, 13, odd}};
   for (const Gather& g : gathers) {
@@ -283,6 +294,14 @@ void column_gather_cases(std::vector<Case>& cases) {
         p.gpu = p.cpu.to(Device::cuda(0));
         return p;
       };
+      // The source matrix, shifted by one element where the case asks (the
+      // kernels then take one element a thread).
+      auto source = [input, shifted = g.shifted](Generator& gen, const Shape& shape) {
+        if (!shifted) return input(gen, shape);
+        const int64_t n = shape_numel(shape);
+        Pair p = input(gen, {n + 1});
+        return Pair{p.gpu.narrow(1, n).view(shape), p.cpu.narrow(1, n).view(shape)};
+      };
       auto output = [dt](const Shape& shape) {
         if (dt != DType::F64) return output_pair(shape, dt);
         Pair p{Tensor::empty(shape, DType::F64, Device::cuda(0)), Tensor::empty(shape, DType::F64)};
@@ -294,7 +313,7 @@ void column_gather_cases(std::vector<Case>& cases) {
       cases.push_back({"gather_columns", shape, [=](Generator& gen) {
                          const ops::ColumnIndex gpu = ops::make_column_index(g.in, g.index, Device::cuda(0));
                          const ops::ColumnIndex cpu = ops::make_column_index(g.in, g.index, Device::cpu());
-                         Pair x = input(gen, {g.rows, g.in}), y = output({g.rows, out});
+                         Pair x = source(gen, {g.rows, g.in}), y = output({g.rows, out});
                          cuda::gather_columns(x.gpu, gpu, y.gpu);
                          ops::gather_columns(x.cpu, cpu, y.cpu);
                          return std::vector<Check>{compare("y", y, 0.0)};  // a copy: exact
@@ -303,7 +322,7 @@ void column_gather_cases(std::vector<Case>& cases) {
         cases.push_back({"scatter_add_columns", shape + (accumulate ? " dx+=" : " dx="), [=](Generator& gen) {
                            const ops::ColumnIndex gpu = ops::make_column_index(g.in, g.index, Device::cuda(0));
                            const ops::ColumnIndex cpu = ops::make_column_index(g.in, g.index, Device::cpu());
-                           Pair dy = input(gen, {g.rows, out});
+                           Pair dy = source(gen, {g.rows, out});
                            Pair dx = accumulate ? input(gen, {g.rows, g.in}) : output({g.rows, g.in});
                            cuda::scatter_add_columns(dy.gpu, gpu, dx.gpu, accumulate);
                            ops::scatter_add_columns(dy.cpu, cpu, dx.cpu, accumulate);

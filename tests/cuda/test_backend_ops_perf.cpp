@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -284,6 +285,81 @@ void perf_memory_bound() {
   }
 }
 
+// Multi-head latent attention's column copies at DeepSeek-V3's widths (128
+// local heads, qk_nope 128, qk_rope 64, v 128, kv_lora_rank 512) on one 4096
+// token microbatch, in the order one layer's forward and backward call them
+// (mla_attention.cpp). GB/s counts the bytes the op must move: the columns
+// it reads (each distinct one once; under accumulate only the columns some
+// output reads, the others are left untouched) and the columns it writes.
+// The last line is the sum over one layer, forward and backward.
+void perf_column_gather() {
+  const int64_t tokens = 4096, heads = 128, nope = 128, rope = 64, v = 128, kv_lora = 512;
+  const int64_t qk = nope + rope, kv_b = nope + v, kv_a = kv_lora + rope, th = tokens * heads;
+  auto iota = [](int64_t begin, int64_t count) {
+    std::vector<int64_t> idx;
+    for (int64_t j = 0; j < count; ++j) idx.push_back(begin + j);
+    return idx;
+  };
+  auto deinterleave = [&](int64_t begin) {
+    std::vector<int64_t> idx;
+    for (int64_t j = 0; j < rope; ++j) idx.push_back(begin + (j < rope / 2 ? 2 * j : 2 * (j - rope / 2) + 1));
+    return idx;
+  };
+  std::vector<int64_t> bcast;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < rope; ++j) bcast.push_back(j);
+  struct Call {
+    const char* name;
+    bool scatter, accumulate;
+    int64_t rows, in;
+    std::vector<int64_t> index;
+  };
+  const Call calls[] = {
+      {"sel_c (kv_a -> c)", false, false, tokens, kv_a, iota(0, kv_lora)},
+      {"sel_q_rope (q -> q_rope, de-interleave)", false, false, th, qk, deinterleave(nope)},
+      {"sel_k_rope (kv_a -> k_rope, de-interleave)", false, false, tokens, kv_a, deinterleave(kv_lora)},
+      {"att_nope (q -> q_nope)", false, false, th, qk, iota(0, nope)},
+      {"att_nope^T (q_nope -> q)", true, false, th, qk, iota(0, nope)},
+      {"att_rope^T (q_rope -> q)", true, true, th, qk, iota(nope, rope)},
+      {"sel_k_nope (kv_b -> k_nope)", false, false, th, kv_b, iota(0, nope)},
+      {"att_nope^T (k_nope -> k)", true, false, th, qk, iota(0, nope)},
+      {"bcast_k_rope (k_rope -> heads)", false, false, tokens, rope, bcast},
+      {"att_rope^T (k_rope heads -> k)", true, true, th, qk, iota(nope, rope)},
+      {"sel_v (kv_b -> v)", false, false, th, kv_b, iota(nope, v)},
+      {"att_rope (dq -> dq_rope)", false, false, th, qk, iota(nope, rope)},
+      {"att_rope (dk -> dk_rope)", false, false, th, qk, iota(nope, rope)},
+      {"bcast_k_rope^T (sum over heads)", true, false, tokens, rope, bcast},
+      {"att_nope (dk -> dk_nope)", false, false, th, qk, iota(0, nope)},
+      {"sel_k_nope^T (dk_nope -> d_kv_b)", true, false, th, kv_b, iota(0, nope)},
+      {"sel_v^T (dv -> d_kv_b)", true, true, th, kv_b, iota(nope, v)},
+      {"sel_c^T (d_c -> d_kv_a)", true, false, tokens, kv_a, iota(0, kv_lora)},
+      {"sel_k_rope^T (dk_rope -> d_kv_a)", true, true, tokens, kv_a, deinterleave(kv_lora)},
+      {"att_nope (dq -> dq_nope)", false, false, th, qk, iota(0, nope)},
+      {"att_nope^T (dq_nope -> d_q)", true, false, th, qk, iota(0, nope)},
+      {"sel_q_rope^T (dq_rope -> d_q)", true, true, th, qk, deinterleave(nope)},
+  };
+  double layer_ms = 0, layer_bytes = 0;
+  for (const Call& c : calls) {
+    const int64_t out = int64_t(c.index.size());
+    const int64_t read = int64_t(std::set<int64_t>(c.index.begin(), c.index.end()).size());
+    const ops::ColumnIndex index = ops::make_column_index(c.in, c.index, kGpu);
+    // The values do not change a copy's time; zeros spare generating gigabytes.
+    Tensor wide = Tensor::zeros({c.rows, c.in}, DType::BF16, kGpu), narrow = Tensor::zeros({c.rows, out}, DType::BF16, kGpu);
+    const double bytes = 2.0 * double(c.rows) *
+                         double(!c.scatter ? read + out : c.accumulate ? out + 2 * read : out + c.in);
+    const double ms = median_ms([&] {
+      if (c.scatter) cuda::scatter_add_columns(narrow, index, wide, c.accumulate);
+      else cuda::gather_columns(wide, index, narrow);
+    });
+    report_bytes(fmt("%s %s %lld x %lld -> %lld bf16", c.scatter ? "scatter_add_columns" : "gather_columns", c.name,
+                     (long long)c.rows, (long long)(c.scatter ? out : c.in), (long long)(c.scatter ? c.in : out)),
+                 ms, bytes);
+    layer_ms += ms;
+    layer_bytes += bytes;
+  }
+  report_bytes("column copies of one MLA layer, forward + backward", layer_ms, layer_bytes);
+}
+
 }  // namespace
 
 int run_perf() {
@@ -299,6 +375,7 @@ int run_perf() {
     perf_attention(backend, 16, 16, 192, 128, 2);
   }
   perf_memory_bound();
+  perf_column_gather();
   return 0;
 }
 

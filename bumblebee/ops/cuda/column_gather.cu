@@ -1,10 +1,15 @@
 // Column gather on CUDA, y[:, j] = x[:, index[j]], and its adjoint, the
 // scatter-add of columns dx[:, c] (+)= sum of dy[:, j] over index[j] = c.
 //
-// Each block takes a chunk of whole rows and its threads walk the chunk's
-// elements in row-major order, so consecutive threads write consecutive
-// columns of a row (coalesced stores; the gathered loads fall within one
-// row, mostly in runs, as the per-head splits of MLA are). The scatter is a
+// A thread owns one group of W consecutive columns of the matrix it writes
+// (W = 16 bytes of elements when every row start is 16-byte aligned, else 1)
+// and walks rows with a grid stride: a 2D grid, x over column groups, y over
+// rows. It reads its part of the column map once, before the row loop, and
+// decides there whether its W sources are one aligned run, so that the
+// common case (MLA's per-head splits copy runs of 64 or 128 columns) is one
+// 16-byte load and one 16-byte store a row, with no index arithmetic in the
+// loop; a group whose sources are scattered (the rope de-interleave) loads
+// its W elements one by one and still stores 16 bytes. The scatter is a
 // gather through the inverse index (ops::ColumnIndex): each dx element sums
 // its output columns in ascending order, without atomics, so a repeated
 // index (k_rope broadcast to every head) gives the same bits on every run.
@@ -17,7 +22,9 @@ namespace bb::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kElementsPerChunk = 4 * kThreads;
+// Enough blocks to fill every multiprocessor a few times; beyond that each
+// thread takes more rows, reusing the column map it has already read.
+constexpr int kBlocksPerSM = 16;
 
 // fp32 arithmetic for 16-bit and float32 data, fp64 for float64.
 template <typename T>
@@ -35,36 +42,108 @@ __device__ __forceinline__ T from_acc(Acc<T> x) {
   else return from_float<T>(x);
 }
 
+// W consecutive elements, accessed as one aligned load or store.
+template <typename T, int W>
+struct alignas(sizeof(T) * W) Vec {
+  T v[W];
+};
+
+template <typename T, int W>
+__device__ __forceinline__ Vec<T, W> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, W>*>(p);
+}
+
+template <typename T, int W>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, W>& v) {
+  *reinterpret_cast<Vec<T, W>*>(p) = v;
+}
+
 // ---- CUDA kernels -----------------------------------------------------------------------
 
-// Rows [r0, r0 + rows_per_chunk) of y [rows, out] per block and step.
-template <typename T>
+// Output columns [g W, g W + W) of y [rows, out]; W divides in and out.
+template <typename T, int W>
 __global__ void gather_columns_kernel(const T* __restrict__ x, const int64_t* __restrict__ index, int64_t rows,
-                                      int64_t in, int64_t out, int64_t rows_per_chunk, T* __restrict__ y) {
-  for (int64_t r0 = int64_t(blockIdx.x) * rows_per_chunk; r0 < rows; r0 += int64_t(gridDim.x) * rows_per_chunk) {
-    const int64_t end = (r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows) * out;
-    for (int64_t e = r0 * out + threadIdx.x; e < end; e += blockDim.x) {
-      const int64_t r = e / out, j = e - r * out;
-      y[e] = x[r * in + index[j]];
+                                      int in, int out, T* __restrict__ y) {
+  const int g = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  if (g * W >= out) return;
+  int src[W];
+  bool run = true;
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    src[k] = int(index[g * W + k]);
+    run = run && src[k] == src[0] + k;
+  }
+  run = run && src[0] % W == 0;
+  // Unrolled so that each thread has several rows' loads in flight.
+#pragma unroll 2
+  for (int64_t r = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += int64_t(gridDim.y) * blockDim.y) {
+    const T* xr = x + r * in;
+    Vec<T, W> v;
+    if (run) {
+      v = load_vec<T, W>(xr + src[0]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k) v.v[k] = xr[src[k]];
     }
+    store_vec<T, W>(y + r * out + g * W, v);
   }
 }
 
-// Rows of dx [rows, in] per block and step; dx = (accumulate ? dx : 0) + the
-// sum of dy's columns that read column c.
-template <typename T>
+// Input columns [g W, g W + W) of dx [rows, in]: dx = (accumulate ? dx : 0) +
+// the sum of dy's columns that read each, in ascending order. The group is
+// `uniform` when its W columns have the same number of readers and the p-th
+// readers form one aligned run for every p (a plain split: one reader each;
+// the k_rope broadcast: one per head), so each p is one 16-byte load.
+template <typename T, int W>
 __global__ void scatter_add_columns_kernel(const T* __restrict__ dy, const int64_t* __restrict__ offsets,
-                                           const int64_t* __restrict__ columns, int64_t rows, int64_t in,
-                                           int64_t out, int64_t rows_per_chunk, bool accumulate,
-                                           T* __restrict__ dx) {
-  for (int64_t r0 = int64_t(blockIdx.x) * rows_per_chunk; r0 < rows; r0 += int64_t(gridDim.x) * rows_per_chunk) {
-    const int64_t end = (r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows) * in;
-    for (int64_t e = r0 * in + threadIdx.x; e < end; e += blockDim.x) {
-      const int64_t r = e / in, c = e - r * in;
-      Acc<T> sum = 0;
-      for (int64_t p = offsets[c]; p < offsets[c + 1]; ++p) sum += to_acc(dy[r * out + columns[p]]);
-      dx[e] = from_acc<T>(accumulate ? to_acc(dx[e]) + sum : sum);
+                                           const int64_t* __restrict__ columns, int64_t rows, int in, int out,
+                                           bool accumulate, T* __restrict__ dx) {
+  const int g = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  const int c0 = g * W;
+  if (c0 >= in) return;
+  int begin[W], count[W];
+  bool uniform = true, unread = true;
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    begin[k] = int(offsets[c0 + k]);
+    count[k] = int(offsets[c0 + k + 1]) - begin[k];
+    uniform = uniform && count[k] == count[0];
+    unread = unread && count[k] == 0;
+  }
+  // No reader: dx + 0 is dx (up to the sign of a zero), so leave it untouched.
+  if (unread && accumulate) return;
+  for (int p = 0; uniform && p < count[0]; ++p) {
+    const int j = int(columns[begin[0] + p]);
+    bool run = j % W == 0;
+#pragma unroll
+    for (int k = 1; k < W; ++k) run = run && int(columns[begin[k] + p]) == j + k;
+    uniform = run;
+  }
+  for (int64_t r = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += int64_t(gridDim.y) * blockDim.y) {
+    const T* dyr = dy + r * out;
+    T* dxr = dx + r * in + c0;
+    Acc<T> sum[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) sum[k] = 0;
+    if (uniform) {
+      // Unrolled so that several readers' loads are in flight (the k_rope
+      // broadcast has one per head).
+#pragma unroll 8
+      for (int p = 0; p < count[0]; ++p) {
+        const Vec<T, W> v = load_vec<T, W>(dyr + columns[begin[0] + p]);
+#pragma unroll
+        for (int k = 0; k < W; ++k) sum[k] += to_acc(v.v[k]);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k)
+        for (int p = begin[k]; p < begin[k] + count[k]; ++p) sum[k] += to_acc(dyr[columns[p]]);
     }
+    Vec<T, W> v;
+    if (accumulate) v = load_vec<T, W>(dxr);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v.v[k] = from_acc<T>(accumulate ? to_acc(v.v[k]) + sum[k] : sum[k]);
+    store_vec<T, W>(dxr, v);
   }
 }
 
@@ -86,13 +165,32 @@ void check_column_gather(const char* op, const Tensor& wide, const Tensor& narro
            shape_str(narrow.shape()));
   BB_CHECK(wide.dtype() == narrow.dtype(), op, ": x/dx is ", dtype_name(wide.dtype()), " but y/dy is ",
            dtype_name(narrow.dtype()));
+  // The kernels index within a row in int32 (rows are int64).
+  BB_CHECK(index.in < (int64_t(1) << 30) && index.out() < (int64_t(1) << 30), op, ": ", index.in, " -> ",
+           index.out(), " columns exceed the kernels' 2^30");
 }
 
-// Whole rows per chunk, about kElementsPerChunk elements of `width` each.
-int64_t rows_per_chunk(int64_t width) { return width >= kElementsPerChunk ? 1 : kElementsPerChunk / width; }
+// The launch over `groups` column groups (threads in x) and `rows` (threads
+// and blocks in y, grid-stride beyond kBlocksPerSM blocks per multiprocessor).
+struct Launch {
+  dim3 grid, block;
+};
 
-int chunk_blocks(int64_t rows, int64_t per_chunk) {
-  return grid_for(((rows + per_chunk - 1) / per_chunk) * kThreads, kThreads);
+Launch launch_for(int64_t rows, int64_t groups) {
+  const int bx = int(groups < kThreads ? groups : kThreads), by = kThreads / bx;
+  const int64_t gx = (groups + bx - 1) / bx, row_blocks = (rows + by - 1) / by;
+  int64_t cap = int64_t(device_properties().multiProcessorCount) * kBlocksPerSM / gx;
+  if (cap < 1) cap = 1;
+  if (cap > 65535) cap = 65535;
+  return {dim3(unsigned(gx), unsigned(row_blocks < cap ? row_blocks : cap)), dim3(unsigned(bx), unsigned(by))};
+}
+
+// 16-byte groups when W divides both widths and both matrices start 16-byte
+// aligned (every row start then is), else one element a thread.
+template <typename T>
+bool vectorizes(const Tensor& a, const Tensor& b) {
+  constexpr int64_t W = Pack16<T>::N;
+  return a.size(1) % W == 0 && b.size(1) % W == 0 && aligned16(a.raw()) && aligned16(b.raw());
 }
 
 }  // namespace
@@ -104,12 +202,17 @@ void gather_columns(const Tensor& x, const ops::ColumnIndex& index, Tensor& y) {
   if (rows == 0) return;
   DeviceGuard guard(x.device().index);
   cudaStream_t stream = current_stream();
-  const int64_t per_chunk = rows_per_chunk(out);
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    gather_columns_kernel<T><<<chunk_blocks(rows, per_chunk), kThreads, 0, stream>>>(
-        static_cast<const T*>(x.raw()), index.index.data<int64_t>(), rows, in, out, per_chunk,
-        static_cast<T*>(y.raw()));
+    auto run = [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      const Launch l = launch_for(rows, out / W);
+      gather_columns_kernel<T, W><<<l.grid, l.block, 0, stream>>>(static_cast<const T*>(x.raw()),
+                                                                  index.index.data<int64_t>(), rows, int(in),
+                                                                  int(out), static_cast<T*>(y.raw()));
+    };
+    if (vectorizes<T>(x, y)) run(std::integral_constant<int, Pack16<T>::N>{});
+    else run(std::integral_constant<int, 1>{});
   });
   CUDA_CHECK_LAUNCH(op);
 }
@@ -121,12 +224,17 @@ void scatter_add_columns(const Tensor& dy, const ops::ColumnIndex& index, Tensor
   if (rows == 0) return;
   DeviceGuard guard(dx.device().index);
   cudaStream_t stream = current_stream();
-  const int64_t per_chunk = rows_per_chunk(in);
   dispatch_floating(dx.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    scatter_add_columns_kernel<T><<<chunk_blocks(rows, per_chunk), kThreads, 0, stream>>>(
-        static_cast<const T*>(dy.raw()), index.inverse_offsets.data<int64_t>(),
-        index.inverse_columns.data<int64_t>(), rows, in, out, per_chunk, accumulate, static_cast<T*>(dx.raw()));
+    auto run = [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      const Launch l = launch_for(rows, in / W);
+      scatter_add_columns_kernel<T, W><<<l.grid, l.block, 0, stream>>>(
+          static_cast<const T*>(dy.raw()), index.inverse_offsets.data<int64_t>(),
+          index.inverse_columns.data<int64_t>(), rows, int(in), int(out), accumulate, static_cast<T*>(dx.raw()));
+    };
+    if (vectorizes<T>(dx, dy)) run(std::integral_constant<int, Pack16<T>::N>{});
+    else run(std::integral_constant<int, 1>{});
   });
   CUDA_CHECK_LAUNCH(op);
 }
