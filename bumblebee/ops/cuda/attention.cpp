@@ -3,6 +3,16 @@
 // of ring attention (separate q / kv spans, causal bottom-right or no mask);
 // plain causal self-attention is its case of one cu_seqlens for both.
 //
+// The backward of grouped-query attention from a group ratio Hq / Hkv of
+// kGqaExpandMinGroup (4) on runs as multi-head attention on K/V repeated to Hq
+// heads, dK/dV then summed over each group (attention_gqa_expand.cu): at 8:1
+// (Qwen3-30B-A3B, 32 / 4 heads) cuDNN's backward ran at half its 2:1 rate, and
+// our flash backward walks a group's query heads in one block. The environment
+// variable BB_ATTENTION_GQA_EXPAND=0|1|auto (read at every call) turns it off,
+// on for every grouped shape, or leaves the threshold; it applies to the tiled
+// backends only (the small kernel keeps its own group walk). The four
+// [Tkv, Hq, D] scratch tensors are freed when the call returns.
+//
 // backend.attention_backend (ops/attention_backend.h), or the environment
 // variable BB_ATTENTION_BACKEND over it, picks cudnn (cuDNN's fused attention
 // through cudnn-frontend; auto's choice in builds that found it: 527/435
@@ -70,6 +80,19 @@ Implementation implementation_for(const Tensor& q, const Tensor& v, std::initial
   return Implementation::Small;
 }
 
+// Whether this backward runs by expansion: BB_ATTENTION_GQA_EXPAND=1 for every
+// grouped-query shape, 0 never, auto (or unset) from kGqaExpandMinGroup on.
+bool gqa_expand_selected(int64_t heads_q, int64_t heads_kv) {
+  if (heads_q == heads_kv) return false;
+  const char* env = std::getenv("BB_ATTENTION_GQA_EXPAND");
+  const std::string mode = env ? env : "";
+  BB_CHECK(mode.empty() || mode == "auto" || mode == "0" || mode == "1", "BB_ATTENTION_GQA_EXPAND is '", mode,
+           "'; it must be 0, 1 or auto");
+  if (mode == "0") return false;
+  if (mode == "1") return true;
+  return heads_q / heads_kv >= kGqaExpandMinGroup;
+}
+
 void check_activation(const Tensor& ref, const Tensor& t, const char* op, const char* name, const Shape& shape) {
   BB_CHECK(t.defined(), op, ": tensor ", name, " is undefined");
   BB_CHECK(t.device() == ref.device(), op, ": tensor ", name, " is on ", t.device().str(), " but q is on ",
@@ -123,6 +146,35 @@ bool check_attention(const char* op, const Tensor& q, const Tensor& k, const Ten
   return true;
 }
 
+void run_backward(Implementation impl, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                  const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq,
+                  Tensor& dk, Tensor& dv) {
+  switch (impl) {
+    case Implementation::Cudnn: cudnn_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv); break;
+    case Implementation::Flash: flash_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv); break;
+    case Implementation::Small:
+      small_head_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+      break;
+  }
+}
+
+// The backward as multi-head attention on K/V repeated to Hq heads; dK and dV
+// are the sums of the per-query-head gradients over each group.
+void expanded_backward(Implementation impl, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale,
+                       Tensor& dq, Tensor& dk, Tensor& dv) {
+  const Shape k_full_shape{k.size(0), q.size(1), k.size(2)}, v_full_shape{v.size(0), q.size(1), v.size(2)};
+  Tensor k_full = Tensor::empty(k_full_shape, DType::BF16, q.device());
+  Tensor v_full = Tensor::empty(v_full_shape, DType::BF16, q.device());
+  repeat_kv_heads(k, k_full);
+  repeat_kv_heads(v, v_full);
+  Tensor dk_full = Tensor::empty(k_full_shape, DType::BF16, q.device());
+  Tensor dv_full = Tensor::empty(v_full_shape, DType::BF16, q.device());
+  run_backward(impl, dout, q, k_full, v_full, out, lse, spans, scale, dq, dk_full, dv_full);
+  sum_kv_head_groups(dk_full, spans.cu_seqlens_kv, dk);
+  sum_kv_head_groups(dv_full, spans.cu_seqlens_kv, dv);
+}
+
 // The spans of plain causal self-attention: every sequence against itself.
 ops::AttentionSpans self_spans(const Tensor& cu_seqlens, int64_t max_seqlen) {
   return {cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, ops::AttentionMask::Causal};
@@ -156,13 +208,11 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   check_activation(q, dk, op, "dk", k.shape());
   check_activation(q, dv, op, "dv", v.shape());
   DeviceGuard guard(q.device().index);
-  switch (implementation_for(q, v, {&dout, &q, &k, &v, &out, &dq, &dk, &dv})) {
-    case Implementation::Cudnn: cudnn_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv); break;
-    case Implementation::Flash: flash_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv); break;
-    case Implementation::Small:
-      small_head_attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
-      break;
-  }
+  const Implementation impl = implementation_for(q, v, {&dout, &q, &k, &v, &out, &dq, &dk, &dv});
+  if (impl != Implementation::Small && gqa_expand_selected(q.size(1), k.size(1)))
+    expanded_backward(impl, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+  else
+    run_backward(impl, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,

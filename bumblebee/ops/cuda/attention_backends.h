@@ -53,4 +53,16 @@ void small_head_attention_backward(const Tensor& dout, const Tensor& q, const Te
                                    const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans,
                                    double scale, Tensor& dq, Tensor& dk, Tensor& dv);
 
+// attention_gqa_expand.cu: grouped-query attention backward by expansion
+// (attention.cpp runs it for group ratios Hq / Hkv >= kGqaExpandMinGroup, or
+// as BB_ATTENTION_GQA_EXPAND=0|1|auto says). repeat_kv_heads copies kv
+// [T, Hkv, D] into expanded [T, Hq, D] (query head h's copy of kv head
+// h / (Hq / Hkv)); sum_kv_head_groups sums expanded [T, Hq, D] over each group
+// of Hq / Hkv heads into grad [T, Hkv, D] (fp32, fixed order), zero for tokens
+// at or past cu_seqlens_kv's last offset. bf16, D a multiple of 8, tensors on
+// the 16-byte grid.
+constexpr int64_t kGqaExpandMinGroup = 4;
+void repeat_kv_heads(const Tensor& kv, Tensor& expanded);
+void sum_kv_head_groups(const Tensor& expanded, const Tensor& cu_seqlens_kv, Tensor& grad);
+
 }  // namespace bb::cuda
