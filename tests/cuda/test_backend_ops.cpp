@@ -27,6 +27,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -742,6 +743,50 @@ Pair unaligned_view(const Pair& p) {
   return {view, p.cpu};
 }
 
+// The backward case for one shape, run under BB_ATTENTION_BACKEND=`backend`
+// and named attention_backward[`label`]; with `unaligned`, every bf16 tensor
+// is a view off the 16-byte grid. A non-empty `gqa_expand` runs it under
+// BB_ATTENTION_GQA_EXPAND=`gqa_expand` and adds " gqa_expand=..." to the label.
+void add_attention_backward_case(std::vector<Case>& cases, const std::string& backend, const std::string& label,
+                                 const AttentionShape& a, bool unaligned, const std::string& gqa_expand) {
+  std::vector<double> cu{0.0};
+  int64_t max_seqlen = 0;
+  for (int64_t l : a.seqlens) {
+    cu.push_back(cu.back() + double(l));
+    max_seqlen = std::max(max_seqlen, l);
+  }
+  const int64_t tokens = int64_t(cu.back());
+  const double scale = 1.0 / std::sqrt(double(a.head_dim));
+  const Shape q_shape{tokens, a.heads_q, a.head_dim}, k_shape{tokens, a.heads_kv, a.head_dim};
+  const Shape v_shape{tokens, a.heads_kv, a.dv()}, out_shape{tokens, a.heads_q, a.dv()};
+  const std::string shape = attention_shape(a) + (unaligned ? " unaligned" : "");
+  auto place = [unaligned](const Pair& p) { return unaligned ? unaligned_view(p) : p; };
+  const std::string name = gqa_expand.empty() ? label : label + " gqa_expand=" + gqa_expand;
+  cases.push_back({"attention_backward[" + name + "]", shape, [=](Generator& gen) {
+                     EnvOverride env("BB_ATTENTION_BACKEND", backend);
+                     std::optional<EnvOverride> expand;
+                     if (!gqa_expand.empty()) expand.emplace("BB_ATTENTION_GQA_EXPAND", gqa_expand);
+                     Pair q = place(random_pair(gen, q_shape, DType::BF16)),
+                          k = place(random_pair(gen, k_shape, DType::BF16)),
+                          v = place(random_pair(gen, v_shape, DType::BF16));
+                     Pair dout = place(random_pair(gen, out_shape, DType::BF16));
+                     Pair cu_seqlens = index_pair(cu, DType::I32);
+                     // out and lse from the CPU forward (out rounded to bf16), the same on both sides.
+                     Tensor out_cpu = Tensor::empty(out_shape, DType::F32);
+                     Tensor lse_cpu = Tensor::empty({tokens, a.heads_q}, DType::F32);
+                     ops::attention_forward(q.cpu, k.cpu, v.cpu, cu_seqlens.cpu, max_seqlen, scale, out_cpu, lse_cpu);
+                     Pair out = place(pair_from_cpu(out_cpu, DType::BF16)), lse = pair_from_cpu(lse_cpu, DType::F32);
+                     Pair dq = place(output_pair(q_shape, DType::BF16)), dk = place(output_pair(k_shape, DType::BF16)),
+                          dv = place(output_pair(v_shape, DType::BF16));
+                     cuda::attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, cu_seqlens.gpu,
+                                              max_seqlen, scale, dq.gpu, dk.gpu, dv.gpu);
+                     ops::attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, cu_seqlens.cpu,
+                                             max_seqlen, scale, dq.cpu, dk.cpu, dv.cpu);
+                     return std::vector<Check>{compare("dq", dq, kBf16Bound), compare("dk", dk, kBf16Bound),
+                                               compare("dv", dv, kBf16Bound)};
+                   }});
+}
+
 // Forward and backward cases for one shape, run under
 // BB_ATTENTION_BACKEND=`backend` and named attention_*[`label`]. With
 // `unaligned`, every bf16 tensor is a view off the 16-byte grid.
@@ -775,27 +820,7 @@ void add_attention_cases(std::vector<Case>& cases, const std::string& backend, c
                      // hardware approximation (2 ulp).
                      return std::vector<Check>{compare("out", out, kBf16Bound), compare("lse", lse, 1e-4)};
                    }});
-  cases.push_back({"attention_backward[" + label + "]", shape, [=](Generator& gen) {
-                     EnvOverride env("BB_ATTENTION_BACKEND", backend);
-                     Pair q = place(random_pair(gen, q_shape, DType::BF16)),
-                          k = place(random_pair(gen, k_shape, DType::BF16)),
-                          v = place(random_pair(gen, v_shape, DType::BF16));
-                     Pair dout = place(random_pair(gen, out_shape, DType::BF16));
-                     Pair cu_seqlens = index_pair(cu, DType::I32);
-                     // out and lse from the CPU forward (out rounded to bf16), the same on both sides.
-                     Tensor out_cpu = Tensor::empty(out_shape, DType::F32);
-                     Tensor lse_cpu = Tensor::empty({tokens, a.heads_q}, DType::F32);
-                     ops::attention_forward(q.cpu, k.cpu, v.cpu, cu_seqlens.cpu, max_seqlen, scale, out_cpu, lse_cpu);
-                     Pair out = place(pair_from_cpu(out_cpu, DType::BF16)), lse = pair_from_cpu(lse_cpu, DType::F32);
-                     Pair dq = place(output_pair(q_shape, DType::BF16)), dk = place(output_pair(k_shape, DType::BF16)),
-                          dv = place(output_pair(v_shape, DType::BF16));
-                     cuda::attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, cu_seqlens.gpu,
-                                              max_seqlen, scale, dq.gpu, dk.gpu, dv.gpu);
-                     ops::attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, cu_seqlens.cpu,
-                                             max_seqlen, scale, dq.cpu, dk.cpu, dv.cpu);
-                     return std::vector<Check>{compare("dq", dq, kBf16Bound), compare("dk", dk, kBf16Bound),
-                                               compare("dv", dv, kBf16Bound)};
-                   }});
+  add_attention_backward_case(cases, backend, label, a, unaligned, "");
 }
 
 void attention_cases(std::vector<Case>& cases) {
@@ -819,6 +844,12 @@ void attention_cases(std::vector<Case>& cases) {
   // Pairs neither tiled backend takes (a head dim not a multiple of 8, or q/k above 192).
   const AttentionShape mla_small_shapes[] = {{{37, 20, 9}, 4, 2, 20, 12}, {{45, 30}, 4, 1, 256, 128}};
   const AttentionShape unaligned_shapes[] = {{{33, 17}, 4, 2, 64}, {{33, 17}, 4, 2, 192, 128}};
+  // The grouped-query backward with K/V expanded to the query heads and without
+  // (attention.cpp): ratio 8 as in Qwen3-30B-A3B (32 / 4), with the 192/128 of
+  // multi-head latent attention, and ratio 2, below the auto threshold.
+  const AttentionShape gqa_expand_shapes[] = {
+      {{129, 200}, 16, 2, 128}, {{100, 37, 1, 64}, 8, 1, 64}, {{129, 200}, 8, 1, 192, 128}, {{65, 3}, 4, 2, 64},
+  };
   std::vector<std::string> backends = {"flash"};
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
   for (const std::string& backend : backends) {
@@ -830,6 +861,8 @@ void attention_cases(std::vector<Case>& cases) {
       add_attention_cases(cases, backend, backend + "->small", a, false);
     for (const AttentionShape& a : unaligned_shapes)
       add_attention_cases(cases, backend, backend + "->small", a, true);
+    for (const AttentionShape& a : gqa_expand_shapes)
+      for (const char* expand : {"0", "1"}) add_attention_backward_case(cases, backend, backend, a, false, expand);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -168,13 +169,19 @@ void perf_grouped_gemm() {
   }
 }
 
-// Causal attention over `batch` sequences of 4096 tokens; dim_v differs from
-// dim_qk in multi-head latent attention (DeepSeek-V3: 192 / 128).
-void perf_attention(const std::string& backend, int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v,
-                    int64_t max_batch) {
+// Causal attention over `batch` sequences of 4096 tokens, for each batch from
+// first_batch to last_batch; dim_v differs from dim_qk in multi-head latent
+// attention (DeepSeek-V3: 192 / 128). A non-empty `gqa_expand` runs the
+// backward under BB_ATTENTION_GQA_EXPAND=`gqa_expand` (the forward, which the
+// variable does not change, is timed only when it is not "1").
+void perf_attention(const std::string& backend, const std::string& gqa_expand, int64_t heads_q, int64_t heads_kv,
+                    int64_t dim_qk, int64_t dim_v, int64_t first_batch, int64_t last_batch) {
   EnvOverride env("BB_ATTENTION_BACKEND", backend);
+  std::optional<EnvOverride> expand;
+  if (!gqa_expand.empty()) expand.emplace("BB_ATTENTION_GQA_EXPAND", gqa_expand);
+  const std::string label = gqa_expand.empty() ? backend : backend + " gqa_expand=" + gqa_expand;
   const int64_t seq = 4096;
-  for (int64_t batch = 1; batch <= max_batch; ++batch) {
+  for (int64_t batch = first_batch; batch <= last_batch; ++batch) {
     const int64_t tokens = seq * batch;
     std::vector<int64_t> cu;
     for (int64_t s = 0; s <= batch; ++s) cu.push_back(s * seq);
@@ -195,11 +202,10 @@ void perf_attention(const std::string& backend, int64_t heads_q, int64_t heads_k
                                              : fmt("D=%lld/%lld", (long long)dim_qk, (long long)dim_v);
     const std::string shape = fmt("seq=%lld x %lld Hq=%lld Hkv=%lld %s causal", (long long)seq, (long long)batch,
                                   (long long)heads_q, (long long)heads_kv, dims.c_str());
-    report_flops("attention_forward[" + backend + "] " + shape, median_ms([&] {
-                   cuda::attention_forward(q, k, v, cu_seqlens, seq, scale, out, lse);
-                 }),
-                 fwd_flops);
-    report_flops("attention_backward[" + backend + "] " + shape, median_ms([&] {
+    const auto forward = [&] { cuda::attention_forward(q, k, v, cu_seqlens, seq, scale, out, lse); };
+    if (gqa_expand != "1") report_flops("attention_forward[" + label + "] " + shape, median_ms(forward), fwd_flops);
+    else forward();  // the backward reads a real out and lse
+    report_flops("attention_backward[" + label + "] " + shape, median_ms([&] {
                    cuda::attention_backward(dout, q, k, v, out, lse, cu_seqlens, seq, scale, dq, dk, dv);
                  }),
                  2.5 * fwd_flops);
@@ -371,8 +377,13 @@ int run_perf() {
   std::vector<std::string> backends = {"flash"};
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
   for (const std::string& backend : backends) {
-    perf_attention(backend, 16, 8, 128, 128, 4);
-    perf_attention(backend, 16, 16, 192, 128, 2);
+    perf_attention(backend, "", 16, 8, 128, 128, 1, 4);
+    perf_attention(backend, "", 16, 16, 192, 128, 1, 2);
+    // Qwen3-30B-A3B's attention (32 q / 4 kv heads, 2 sequences a call), the
+    // backward with K/V expanded to the query heads and without.
+    for (const char* expand : {"0", "1"}) perf_attention(backend, expand, 32, 4, 128, 128, 2, 2);
+    // DeepSeek-V3's multi-head latent attention (128 heads, 1 sequence a call).
+    perf_attention(backend, "", 128, 128, 192, 128, 1, 1);
   }
   perf_memory_bound();
   perf_column_gather();
