@@ -12,6 +12,15 @@
 // to a multiple of 64 (so nearby packings share a plan), heads, the q/k and v
 // head dims, mask, scale and device.
 //
+// cuDNN's heuristics pick the first engine configuration that builds. With
+// BB_CUDNN_ATTENTION_AUTOTUNE=1 (read when a graph is built; it is part of the
+// cache key, so one process can compare both) every configuration the
+// heuristics and the fallback list offer is built, and the first execution of
+// the graph times each on the call's own tensors (cudnn-frontend's autotune,
+// which synchronises the device: not inside a CUDA graph capture) and keeps
+// the fastest. An A/B for shapes whose default engine runs slow, as the
+// backward of DeepSeek-V3's 192/128 attention (docs/cuda.md).
+//
 // The v head dim may differ from the q/k one (multi-head latent attention:
 // DeepSeek-V3's 192 / 128), so q, k, v and out each get their own dims,
 // strides and ragged offsets; cuDNN 9 on Hopper runs such pairs (the
@@ -29,6 +38,8 @@
 #include <cudnn_frontend.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -95,10 +106,27 @@ struct Shape4 {
   std::vector<int64_t> o_stride() const { return thd_stride(heads_q, seqlen_q, dim_v); }
 };
 
-using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, float>;
+using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, float, bool>;
+
+// A built graph; with autotune, `tuned` guards the one timing of its plans.
+struct CachedGraph {
+  std::shared_ptr<fe::graph::Graph> graph;
+  bool autotune = false;
+  std::once_flag tuned;
+};
 
 std::mutex g_graphs_mutex;
-std::map<Key, std::shared_ptr<fe::graph::Graph>> g_graphs;
+std::map<Key, std::shared_ptr<CachedGraph>> g_graphs;
+
+// BB_CUDNN_ATTENTION_AUTOTUNE=1 builds every engine configuration and keeps the
+// fastest; 0 or unset the heuristics' first.
+bool autotune_selected() {
+  const char* env = std::getenv("BB_CUDNN_ATTENTION_AUTOTUNE");
+  if (env == nullptr || *env == '\0') return false;
+  BB_CHECK(std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0, "BB_CUDNN_ATTENTION_AUTOTUNE is '", env,
+           "'; it must be 0 or 1");
+  return std::strcmp(env, "1") == 0;
+}
 
 std::shared_ptr<fe::graph::Tensor_attributes> ragged_offsets(fe::graph::Graph& g, const char* name, int64_t uid,
                                                               int64_t seqs) {
@@ -137,15 +165,16 @@ std::shared_ptr<fe::graph::Graph> new_graph() {
   return g;
 }
 
-void build(fe::graph::Graph& g, cudnnHandle_t handle) {
+void build(fe::graph::Graph& g, cudnnHandle_t handle, bool autotune) {
   check_fe(g.validate(), "graph validation");
   check_fe(g.build_operation_graph(handle), "building the operation graph");
   check_fe(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "creating execution plans");
   check_fe(g.check_support(handle), "support check (this cuDNN has no engine for the shape)");
-  check_fe(g.build_plans(handle), "building plans");
+  check_fe(g.build_plans(handle, autotune ? fe::BuildPlanPolicy_t::ALL : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
+           "building plans");
 }
 
-std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cudnnHandle_t handle) {
+std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cudnnHandle_t handle, bool autotune) {
   auto g = new_graph();
   auto q = activation(*g, "q", kQ, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_q", kOffsetQ, s.seqs));
   auto k = activation(*g, "k", kK, s.k_dim(), s.k_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
@@ -171,11 +200,11 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cu
       .set_dim({s.seqs, s.heads_q, s.seqlen_q, 1})
       .set_stride({s.seqlen_q * s.heads_q, 1, s.heads_q, 1})
       .set_ragged_offset(ragged_offsets(*g, "offset_stats", kOffsetStats, s.seqs));
-  build(*g, handle);
+  build(*g, handle, autotune);
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, cudnnHandle_t handle) {
+std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, cudnnHandle_t handle, bool autotune) {
   auto g = new_graph();
   auto q = activation(*g, "q", kQ, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_q", kOffsetQ, s.seqs));
   auto k = activation(*g, "k", kK, s.k_dim(), s.k_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
@@ -212,17 +241,22 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, c
       .set_dim(s.v_dim())
       .set_stride(s.v_stride())
       .set_ragged_offset(ragged_offsets(*g, "offset_dv", kOffsetDV, s.seqs));
-  build(*g, handle);
+  build(*g, handle, autotune);
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> cached_graph(bool backward, const Shape4& s, float scale, cudnnHandle_t handle) {
+std::shared_ptr<CachedGraph> cached_graph(bool backward, const Shape4& s, float scale, cudnnHandle_t handle) {
+  const bool autotune = autotune_selected();
   const Key key{current_device(), backward, s.seqs, s.seqlen_q, s.seqlen_kv, s.heads_q, s.heads_kv, s.dim_qk,
-                s.dim_v, s.causal, scale};
+                s.dim_v, s.causal, scale, autotune};
   std::lock_guard<std::mutex> lock(g_graphs_mutex);
   auto it = g_graphs.find(key);
-  if (it == g_graphs.end())
-    it = g_graphs.emplace(key, backward ? backward_graph(s, scale, handle) : forward_graph(s, scale, handle)).first;
+  if (it == g_graphs.end()) {
+    auto entry = std::make_shared<CachedGraph>();
+    entry->graph = backward ? backward_graph(s, scale, handle, autotune) : forward_graph(s, scale, handle, autotune);
+    entry->autotune = autotune;
+    it = g_graphs.emplace(key, std::move(entry)).first;
+  }
   return it->second;
 }
 
@@ -257,7 +291,13 @@ Varlen varlen(const ops::AttentionSpans& spans, const Shape4& s, cudaStream_t st
   return v;
 }
 
-void execute(fe::graph::Graph& g, cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack, Device dev) {
+void execute(CachedGraph& cached, cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack, Device dev) {
+  fe::graph::Graph& g = *cached.graph;
+  if (cached.autotune)
+    std::call_once(cached.tuned, [&] {
+      Tensor workspace = Tensor::empty({std::max<int64_t>(g.get_autotune_workspace_size(), 1)}, DType::U8, dev);
+      check_fe(g.autotune(handle, pack, workspace.raw()), "autotuning the engine configurations");
+    });
   int64_t workspace_bytes = 0;
   check_fe(g.get_workspace_size(workspace_bytes), "workspace query");
   Tensor workspace = Tensor::empty({std::max<int64_t>(workspace_bytes, 1)}, DType::U8, dev);

@@ -94,7 +94,8 @@ void repeat_kv_heads(const Tensor& kv, Tensor& expanded) {
 void sum_kv_head_groups(const Tensor& expanded, const Tensor& cu_seqlens_kv, Tensor& grad) {
   check_expansion(grad, expanded, "sum_kv_head_groups");
   const int64_t tokens = grad.size(0);
-  const int heads_kv = int(grad.size(1)), group = int(expanded.size(1) / grad.size(1)), chunks = int(grad.size(2) / kVec);
+  const int heads_kv = int(grad.size(1)), group = int(expanded.size(1) / grad.size(1));
+  const int chunks = int(grad.size(2) / kVec);
   const int64_t total = tokens * heads_kv * chunks;
   if (total == 0) return;
   sum_kv_head_groups_kernel<<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
