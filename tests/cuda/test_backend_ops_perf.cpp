@@ -173,13 +173,17 @@ void perf_grouped_gemm() {
 // first_batch to last_batch; dim_v differs from dim_qk in multi-head latent
 // attention (DeepSeek-V3: 192 / 128). A non-empty `gqa_expand` runs the
 // backward under BB_ATTENTION_GQA_EXPAND=`gqa_expand` (the forward, which the
-// variable does not change, is timed only when it is not "1").
-void perf_attention(const std::string& backend, const std::string& gqa_expand, int64_t heads_q, int64_t heads_kv,
-                    int64_t dim_qk, int64_t dim_v, int64_t first_batch, int64_t last_batch) {
+// variable does not change, is timed only when it is not "1"); `autotune`
+// runs cuDNN under BB_CUDNN_ATTENTION_AUTOTUNE=1 (its timing of every engine
+// configuration happens in the warm-up runs).
+void perf_attention(const std::string& backend, const std::string& gqa_expand, bool autotune, int64_t heads_q,
+                    int64_t heads_kv, int64_t dim_qk, int64_t dim_v, int64_t first_batch, int64_t last_batch) {
   EnvOverride env("BB_ATTENTION_BACKEND", backend);
-  std::optional<EnvOverride> expand;
+  std::optional<EnvOverride> expand, tune;
   if (!gqa_expand.empty()) expand.emplace("BB_ATTENTION_GQA_EXPAND", gqa_expand);
-  const std::string label = gqa_expand.empty() ? backend : backend + " gqa_expand=" + gqa_expand;
+  if (autotune) tune.emplace("BB_CUDNN_ATTENTION_AUTOTUNE", "1");
+  const std::string label = backend + (gqa_expand.empty() ? "" : " gqa_expand=" + gqa_expand) +
+                            (autotune ? " autotune" : "");
   const int64_t seq = 4096;
   for (int64_t batch = first_batch; batch <= last_batch; ++batch) {
     const int64_t tokens = seq * batch;
@@ -377,13 +381,17 @@ int run_perf() {
   std::vector<std::string> backends = {"flash"};
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
   for (const std::string& backend : backends) {
-    perf_attention(backend, "", 16, 8, 128, 128, 1, 4);
-    perf_attention(backend, "", 16, 16, 192, 128, 1, 2);
+    perf_attention(backend, "", false, 16, 8, 128, 128, 1, 4);
+    perf_attention(backend, "", false, 16, 16, 192, 128, 1, 2);
     // Qwen3-30B-A3B's attention (32 q / 4 kv heads, 2 sequences a call), the
-    // backward with K/V expanded to the query heads and without.
-    for (const char* expand : {"0", "1"}) perf_attention(backend, expand, 32, 4, 128, 128, 2, 2);
+    // backward with K/V expanded to the query heads and without; and
     // DeepSeek-V3's multi-head latent attention (128 heads, 1 sequence a call).
-    perf_attention(backend, "", 128, 128, 192, 128, 1, 1);
+    // cuDNN also with every engine configuration timed.
+    for (bool autotune : {false, true}) {
+      if (autotune && backend != "cudnn") continue;
+      for (const char* expand : {"0", "1"}) perf_attention(backend, expand, autotune, 32, 4, 128, 128, 2, 2);
+      perf_attention(backend, "", autotune, 128, 128, 192, 128, 1, 1);
+    }
   }
   perf_memory_bound();
   perf_column_gather();
