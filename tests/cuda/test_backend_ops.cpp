@@ -746,9 +746,11 @@ Pair unaligned_view(const Pair& p) {
 // The backward case for one shape, run under BB_ATTENTION_BACKEND=`backend`
 // and named attention_backward[`label`]; with `unaligned`, every bf16 tensor
 // is a view off the 16-byte grid. A non-empty `gqa_expand` runs it under
-// BB_ATTENTION_GQA_EXPAND=`gqa_expand` and adds " gqa_expand=..." to the label.
+// BB_ATTENTION_GQA_EXPAND=`gqa_expand` and adds " gqa_expand=..." to the label;
+// `autotune` runs it under BB_CUDNN_ATTENTION_AUTOTUNE=1 (" autotune").
 void add_attention_backward_case(std::vector<Case>& cases, const std::string& backend, const std::string& label,
-                                 const AttentionShape& a, bool unaligned, const std::string& gqa_expand) {
+                                 const AttentionShape& a, bool unaligned, const std::string& gqa_expand,
+                                 bool autotune = false) {
   std::vector<double> cu{0.0};
   int64_t max_seqlen = 0;
   for (int64_t l : a.seqlens) {
@@ -761,11 +763,13 @@ void add_attention_backward_case(std::vector<Case>& cases, const std::string& ba
   const Shape v_shape{tokens, a.heads_kv, a.dv()}, out_shape{tokens, a.heads_q, a.dv()};
   const std::string shape = attention_shape(a) + (unaligned ? " unaligned" : "");
   auto place = [unaligned](const Pair& p) { return unaligned ? unaligned_view(p) : p; };
-  const std::string name = gqa_expand.empty() ? label : label + " gqa_expand=" + gqa_expand;
+  const std::string name =
+      label + (gqa_expand.empty() ? "" : " gqa_expand=" + gqa_expand) + (autotune ? " autotune" : "");
   cases.push_back({"attention_backward[" + name + "]", shape, [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", backend);
-                     std::optional<EnvOverride> expand;
+                     std::optional<EnvOverride> expand, tune;
                      if (!gqa_expand.empty()) expand.emplace("BB_ATTENTION_GQA_EXPAND", gqa_expand);
+                     if (autotune) tune.emplace("BB_CUDNN_ATTENTION_AUTOTUNE", "1");
                      Pair q = place(random_pair(gen, q_shape, DType::BF16)),
                           k = place(random_pair(gen, k_shape, DType::BF16)),
                           v = place(random_pair(gen, v_shape, DType::BF16));
@@ -789,9 +793,10 @@ void add_attention_backward_case(std::vector<Case>& cases, const std::string& ba
 
 // Forward and backward cases for one shape, run under
 // BB_ATTENTION_BACKEND=`backend` and named attention_*[`label`]. With
-// `unaligned`, every bf16 tensor is a view off the 16-byte grid.
+// `unaligned`, every bf16 tensor is a view off the 16-byte grid; with
+// `autotune`, under BB_CUDNN_ATTENTION_AUTOTUNE=1 (" autotune" in the name).
 void add_attention_cases(std::vector<Case>& cases, const std::string& backend, const std::string& label,
-                         const AttentionShape& a, bool unaligned) {
+                         const AttentionShape& a, bool unaligned, bool autotune = false) {
   std::vector<double> cu{0.0};
   int64_t max_seqlen = 0;
   for (int64_t l : a.seqlens) {
@@ -804,8 +809,10 @@ void add_attention_cases(std::vector<Case>& cases, const std::string& backend, c
   const Shape v_shape{tokens, a.heads_kv, a.dv()}, out_shape{tokens, a.heads_q, a.dv()};
   const std::string shape = attention_shape(a) + (unaligned ? " unaligned" : "");
   auto place = [unaligned](const Pair& p) { return unaligned ? unaligned_view(p) : p; };
-  cases.push_back({"attention_forward[" + label + "]", shape, [=](Generator& gen) {
+  cases.push_back({"attention_forward[" + label + (autotune ? " autotune" : "") + "]", shape, [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", backend);
+                     std::optional<EnvOverride> tune;
+                     if (autotune) tune.emplace("BB_CUDNN_ATTENTION_AUTOTUNE", "1");
                      Pair q = place(random_pair(gen, q_shape, DType::BF16)),
                           k = place(random_pair(gen, k_shape, DType::BF16)),
                           v = place(random_pair(gen, v_shape, DType::BF16));
@@ -820,7 +827,7 @@ void add_attention_cases(std::vector<Case>& cases, const std::string& backend, c
                      // hardware approximation (2 ulp).
                      return std::vector<Check>{compare("out", out, kBf16Bound), compare("lse", lse, 1e-4)};
                    }});
-  add_attention_backward_case(cases, backend, label, a, unaligned, "");
+  add_attention_backward_case(cases, backend, label, a, unaligned, "", autotune);
 }
 
 void attention_cases(std::vector<Case>& cases) {
@@ -864,6 +871,12 @@ void attention_cases(std::vector<Case>& cases) {
     for (const AttentionShape& a : gqa_expand_shapes)
       for (const char* expand : {"0", "1"}) add_attention_backward_case(cases, backend, backend, a, false, expand);
   }
+  // cuDNN with every engine configuration timed and the fastest kept: whichever
+  // plan wins must be as right as the heuristics' choice (MHA, GQA 8:1, 192/128).
+  if (cuda::cudnn_attention_built())
+    for (const AttentionShape& a : {AttentionShape{{100, 37, 1, 64}, 8, 8, 128}, AttentionShape{{129, 200}, 16, 2, 128},
+                                    AttentionShape{{100, 37, 1, 64}, 16, 16, 192, 128}})
+      add_attention_cases(cases, "cudnn", "cudnn", a, false, true);
 }
 
 // Partial attention, the step of ring attention: query sequence s against
