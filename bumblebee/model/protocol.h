@@ -70,6 +70,7 @@ struct BuildContext {
   RecomputeConfig recompute;        // selective parts per layer (protocols), full runs (the decoder)
   nlohmann::json impl_cfg = nlohmann::json::object();
   double temperature = 1.0;
+  int64_t lm_head_chunk_tokens = 0;  // tokens per LM-head chunk; 0: auto (lm_head.h)
   LayerRange layers;
   ParamGroupFn param_groups;       // empty: one trainable group over one rank
   int64_t grad_bucket_size = 0;    // elements per gradient bucket (<= 0: one bucket), see grad_bucket_layout.h

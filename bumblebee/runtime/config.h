@@ -102,6 +102,9 @@ struct BBConfig {
   bool fp32_residual_connection = false;
   uint64_t seed = 1234;
   double temperature = 1.0;
+  // Tokens per LM-head chunk (the logits [chunk, V/tp] live one chunk at a
+  // time); 0: the fewest chunks of at most 2^30 logits, split evenly.
+  int lm_head_chunk_tokens = 0;
 };
 
 // How export_weights / save_hf_checkpoint stream the model out (docs/checkpoints.md).

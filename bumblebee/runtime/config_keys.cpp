@@ -128,6 +128,11 @@ void ConfigSchema::add_runtime_keys() {
   add(key("backend.temperature", "backend", T::Float, b.temperature, "logits are divided by it (loss, log-probs)",
           [](RuntimeConfig& c, const json& v) { bb_of(c).temperature = v; })
           .above(0.0));
+  add(int_key("backend.lm_head_chunk_tokens", "backend", b.lm_head_chunk_tokens,
+              "tokens per LM-head chunk (their logits [chunk, vocab/tp] exist one chunk at a time); "
+              "0: the fewest chunks of at most 2^30 logits, split evenly",
+              [](RuntimeConfig& c, const json& v) { bb_of(c).lm_head_chunk_tokens = v; })
+          .at_least(0));
   add(key("backend.attention_backend", "backend", T::String, b.attention_backend,
           "CUDA fused attention; auto: cudnn when the build has it, else flash; "
           "the environment variable BB_ATTENTION_BACKEND overrides it",

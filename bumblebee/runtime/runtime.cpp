@@ -176,6 +176,7 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
                                   bcfg.recompute_num_layers);
   ctx.impl_cfg = bcfg.impl_cfg;
   ctx.temperature = bcfg.temperature;
+  ctx.lm_head_chunk_tokens = bcfg.lm_head_chunk_tokens;
   ops::set_attention_backend(bcfg.attention_backend);
   ParamGroupOptions groups;
   groups.no_weight_decay_1d = bcfg.optimizer.no_weight_decay_1d;

@@ -64,7 +64,7 @@ Decoder::Decoder(DecoderSpec spec, const BuildContext& ctx) : spec_(std::move(sp
       head_weight_ = &embed_->weight();
     else   // the last stage's copy of the first stage's tied embedding
       head_weight_ = &store_.add(embed_name, {spec_.vocab_size, spec_.hidden_size}, {ShardKind::Vocab, tp_rank, tp});
-    head_ = std::make_unique<LMHead>(*head_weight_, pc, ctx_.temperature);
+    head_ = std::make_unique<LMHead>(*head_weight_, pc, ctx_.temperature, ctx_.lm_head_chunk_tokens);
     if (spec_.mtp_depths > 0)
       mtp_ = std::make_unique<MultiTokenPrediction>(store_, spec_.num_layers, spec_.mtp_depths, spec_.vocab_size,
                                                     spec_.hidden_size, spec_.norm_eps, spec_.mtp_loss_scale, pc,

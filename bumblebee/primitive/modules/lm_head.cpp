@@ -8,14 +8,19 @@
 
 namespace bb {
 
-namespace {
-// Keep a chunk's logits near 128M elements (256 MB in bf16).
-constexpr int64_t kChunkLogitElements = int64_t(1) << 27;
-}  // namespace
-
-LMHead::LMHead(Parameter& weight, ParallelContext& pc, double temperature)
-    : weight_(&weight), tp_(&pc.tp()), inv_temperature_(1.0 / temperature) {
+LMHead::LMHead(Parameter& weight, ParallelContext& pc, double temperature, int64_t chunk_tokens)
+    : weight_(&weight), tp_(&pc.tp()), inv_temperature_(1.0 / temperature), chunk_tokens_(chunk_tokens) {
   BB_CHECK(temperature > 0, "temperature must be positive, got ", temperature);
+  BB_CHECK(chunk_tokens >= 0, "backend.lm_head_chunk_tokens must be >= 0, got ", chunk_tokens);
+}
+
+int64_t LMHead::chunk_rows(int64_t T, int64_t V) const {
+  if (T <= 0) return 1;
+  if (chunk_tokens_ > 0) return std::min(chunk_tokens_, T);
+  // Even chunks: 8192 tokens over 151936 logits make two of 4096, not 7067 + 1125.
+  const int64_t max_rows = std::max<int64_t>(kAutoChunkLogits / std::max<int64_t>(V, 1), 1);
+  const int64_t chunks = (T + max_rows - 1) / max_rows;
+  return (T + chunks - 1) / chunks;
 }
 
 Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dloss, Tensor* dh_full, Tensor* entropy,
@@ -29,7 +34,7 @@ Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dlo
   Tensor loss = Tensor::empty({T}, st, dev);
   // The backward of an entropy loss needs the entropy (its sum_v p_v z_v) again.
   Tensor ent = entropy || dentropy.defined() ? Tensor::empty({T}, st, dev) : Tensor();
-  const int64_t chunk = std::clamp<int64_t>(kChunkLogitElements / std::max<int64_t>(V, 1), 1, std::max<int64_t>(T, 1));
+  const int64_t chunk = chunk_rows(T, V);
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t n = std::min(chunk, T - t0);
     Tensor h = h_full.narrow(t0, n);

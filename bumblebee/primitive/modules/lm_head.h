@@ -1,7 +1,8 @@
 // Vocab-parallel LM head with fused cross entropy and per-token log-probs.
 //
 // Logits are never materialised for the whole microbatch: tokens are processed
-// in chunks; for each chunk the head computes logits = h W^T / temperature on
+// in chunks (chunk_tokens each, or with 0 the fewest chunks of at most
+// kAutoChunkLogits logits, split evenly); for each chunk the head computes logits = h W^T / temperature on
 // its vocabulary shard, reduces the softmax statistics over the tp group, and
 // produces per-token loss (= -log p(label)). When the gradient of the loss with
 // respect to each token's loss is known up front (the built-in loss: the mask
@@ -32,8 +33,14 @@ class LMHead {
     Tensor entropy;    // [T] (stat dtype) when the forward was asked for it
     Tensor dentropy;   // [T] (stat dtype): the loss's gradient with respect to `entropy`, set before backward
   };
+  // Logits of one chunk under chunk_tokens = 0: 2 GiB in bf16. Each chunk's
+  // weight-gradient GEMM reads and writes the fp32 [V/tp, H] gradient once,
+  // so few large chunks keep that traffic small beside the GEMM's FLOPs.
+  static constexpr int64_t kAutoChunkLogits = int64_t(1) << 30;
   // `weight` is the head's own Vocab-sharded parameter or the tied embedding.
-  LMHead(Parameter& weight, ParallelContext& pc, double temperature);
+  LMHead(Parameter& weight, ParallelContext& pc, double temperature, int64_t chunk_tokens = 0);
+  // Tokens per chunk for T tokens over V vocabulary rows.
+  int64_t chunk_rows(int64_t T, int64_t V) const;
   // h [T/tp, H], labels [T] -> per-token loss [T] (stat dtype). With dloss
   // defined ([T], stat dtype) gradients are computed in this pass. With
   // `entropy` the per-token entropy goes to s.entropy.
@@ -54,6 +61,7 @@ class LMHead {
   Parameter* weight_;
   TensorParallel* tp_;
   double inv_temperature_;
+  int64_t chunk_tokens_;
 };
 
 }  // namespace bb

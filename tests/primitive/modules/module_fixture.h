@@ -112,9 +112,9 @@ class ModuleFixture {
   }
   // Its own vocab-parallel weight, parameter `name`.
   std::unique_ptr<LMHead> make_lm_head(int64_t vocab, int64_t hidden, double temperature,
-                                       const std::string& name = "lm_head.weight") {
+                                       const std::string& name = "lm_head.weight", int64_t chunk_tokens = 0) {
     Parameter& w = store_.add(name, {vocab, hidden}, {ShardKind::Vocab, tp_rank(), tp_size()});
-    return std::make_unique<LMHead>(w, pc_, temperature);
+    return std::make_unique<LMHead>(w, pc_, temperature, chunk_tokens);
   }
 
   // Float64 buffers on the CPU, then every parameter drawn from a generator

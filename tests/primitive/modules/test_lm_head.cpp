@@ -3,10 +3,13 @@
 // dW of the masked loss sum_t dloss_t loss_t against finite differences, for
 // temperature 1 and not. Masked tokens (dloss 0, any label: -100 or a real
 // id) get no gradient; the fused path (dloss known at forward) and the
-// recompute path (dloss given to backward) agree bit for bit.
+// recompute path (dloss given to backward) agree bit for bit. Chunks of any
+// size give the same loss and gradients up to rounding, and the automatic
+// chunk size splits tokens evenly under its logits budget.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "module_fixture.h"
 
@@ -100,7 +103,53 @@ TEST_P(LMHeadTemperature, RecomputePathMatchesFusedPath) {
   EXPECT_EQ(dw[0], dw[1]);
 }
 
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-14) << what << " [" << i << "]";
+}
+
+// Chunks of 1, 4 (uneven: 4 + 4 + 1) and all 9 tokens, on both paths.
+TEST_P(LMHeadTemperature, ChunkSizeChangesNothingButRounding) {
+  Generator gen(67);
+  Tensor h = test::random_tensor(gen, {kTokens, kHidden});
+  const Tensor dloss = mean_over_unmasked();
+  for (int fused = 0; fused < 2; ++fused) {
+    std::vector<double> loss[3], dh[3], dw[3];
+    const int64_t chunks[3] = {kTokens, 1, 4};
+    for (int c = 0; c < 3; ++c) {
+      test::ModuleFixture fx;
+      auto head = fx.make_lm_head(kVocab, kHidden, GetParam(), "lm_head.weight", chunks[c]);
+      fx.allocate_and_init(68);
+      LMHead::Saved s;
+      loss[c] = head->forward(h, labels(), fused ? dloss : Tensor(), s).to_doubles();
+      dh[c] = head->backward(dloss, s).to_doubles();
+      dw[c] = fx.param("lm_head.weight").grad.to_doubles();
+    }
+    for (int c = 1; c < 3; ++c) {
+      const std::string what = "chunk_tokens " + std::to_string(chunks[c]) + (fused ? " fused" : " recompute");
+      expect_close(loss[c], loss[0], what + " loss");
+      expect_close(dh[c], dh[0], what + " dh");
+      expect_close(dw[c], dw[0], what + " dW");
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(OneAndNot, LMHeadTemperature, ::testing::Values(1.0, 0.7));
+
+TEST(LMHeadChunks, AutoSplitsEvenlyUnderTheLogitsBudget) {
+  test::ModuleFixture fx;
+  auto head = fx.make_lm_head(kVocab, kHidden, 1.0);
+  // Qwen3's vocabulary: 8192 tokens are 1.24G logits, two chunks of 4096.
+  EXPECT_EQ(head->chunk_rows(8192, 151936), 4096);
+  EXPECT_EQ(head->chunk_rows(4096, 151936), 4096);
+  // 2^30 / 151936 = 7067 rows at most: 7068 tokens are two chunks of 3534.
+  EXPECT_EQ(head->chunk_rows(7068, 151936), 3534);
+  EXPECT_EQ(head->chunk_rows(kTokens, kVocab), kTokens);
+  EXPECT_EQ(head->chunk_rows(0, kVocab), 1);
+  auto fixed = fx.make_lm_head(kVocab, kHidden, 1.0, "other.weight", 5);
+  EXPECT_EQ(fixed->chunk_rows(kTokens, kVocab), 5);
+  EXPECT_EQ(fixed->chunk_rows(3, kVocab), 3);
+}
 
 }  // namespace
 }  // namespace bb
