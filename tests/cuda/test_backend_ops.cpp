@@ -1181,6 +1181,9 @@ void moe_router_cases(std::vector<Case>& cases) {
       {333, 128, 8, false, 0, 0, true, 1.0, true},     // router replay
       {257, 256, 8, true, 8, 4, true, 2.5, false},     // DeepSeek-V3: sigmoid, 8 groups / 4 kept
       {100, 64, 6, true, 0, 0, false, 16.0, false},
+      {8192, 128, 8, false, 0, 0, true, 1.0, false},   // the bench's microbatch: 1024 blocks of 8 warps
+      {61, 100, 6, false, 0, 0, false, 1.0, false},    // E not a multiple of the warp
+      {200, 256, 8, true, 64, 8, true, 1.0, false},    // groups past 32: two per lane
   };
   for (const RouterShape& r : shapes) {
     const std::string shape = fmt("T=%lld E=%lld k=%lld %s groups=%lld/%lld norm=%d scale=%g%s", (long long)r.tokens,

@@ -370,6 +370,35 @@ void perf_column_gather() {
   report_bytes("column copies of one MLA layer, forward + backward", layer_ms, layer_bytes);
 }
 
+// The router of the Qwen3-30B-A3B bench: 8192 tokens a microbatch, 128
+// experts, top-8 renormalised, bf16 logits; the backward with a per-token
+// [T, E] score gradient (HF's aux loss). Bytes: logits, scores, ids and
+// weights once each (forward), scores, extra, ids, weights, dweights and
+// dlogits (backward).
+void perf_moe_router() {
+  const int64_t tokens = 8192, experts = 128, k = 8;
+  ops::MoeRouterConfig cfg;
+  cfg.top_k = k;
+  cfg.norm_topk_prob = true;
+  Tensor logits = random_gpu({tokens, experts}, DType::BF16, 30, -2.f, 2.f);
+  Tensor scores = Tensor::empty({tokens, experts}, DType::F32, kGpu);
+  Tensor ids = Tensor::empty({tokens, k}, DType::I64, kGpu), weights = Tensor::empty({tokens, k}, DType::F32, kGpu);
+  const double te = double(tokens * experts), tk = double(tokens * k);
+  report_bytes("moe_router_forward 8192 x 128 top-8 softmax bf16", median_ms([&] {
+                 cuda::moe_router_forward(logits, cfg, Tensor(), Tensor(), scores, ids, weights);
+               }),
+               te * (2.0 + 4.0) + tk * (8.0 + 4.0));
+  Tensor dweights = random_gpu({tokens, k}, DType::F32, 31), extra = random_gpu({tokens, experts}, DType::F32, 32);
+  Tensor dlogits = Tensor::empty({tokens, experts}, DType::BF16, kGpu);
+  report_bytes("moe_router_backward 8192 x 128 top-8 dscores=[T,E] bf16", median_ms([&] {
+                 cuda::moe_router_backward(dweights, extra, logits, scores, ids, weights, cfg, dlogits);
+               }),
+               te * (4.0 + 4.0 + 2.0) + tk * (8.0 + 4.0 + 4.0));
+  Tensor lse = Tensor::empty({tokens}, DType::F32, kGpu);
+  report_bytes("moe_router_lse 8192 x 128 bf16", median_ms([&] { cuda::moe_router_lse(logits, lse); }),
+               te * 2.0 + double(tokens) * 4.0);
+}
+
 }  // namespace
 
 int run_perf() {
@@ -395,6 +424,7 @@ int run_perf() {
   }
   perf_memory_bound();
   perf_column_gather();
+  perf_moe_router();
   return 0;
 }
 
