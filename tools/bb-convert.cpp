@@ -7,14 +7,20 @@
 // Runs under mpirun for models larger than one process should hold: every
 // rank reads only its own shard (layout keys pick the layout), and the HF
 // export streams one tensor at a time to rank 0 (docs/checkpoints.md). Rank 0
-// draws a progress line on stderr and ends with the bytes written and GB/s.
+// draws a progress line on stderr and ends with the bytes written and GB/s;
+// hf_to_bb then reports every rank's peak host memory against its shard.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "bumblebee/core/device_memory.h"
 #include "bumblebee/core/error.h"
+#include "bumblebee/core/host_memory.h"
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
 #include "bumblebee/primitive/ckpt/sharded_checkpoint.h"
 #include "bumblebee/runtime/checkpoint_files.h"
@@ -104,6 +110,63 @@ uint64_t folder_bytes(const std::string& dir) {
   return n;
 }
 
+// What hf_to_bb reports of one rank's host memory (docs/checkpoints.md,
+// "Import memory"): the peak resident set over the run against the rank's
+// own shard. Host memory means the whole resident set, anonymous and
+// file-backed pages together (VmHWM), so mapped checkpoint pages count.
+struct ImportMemory {
+  double baseline_rss = 0;   // after the runtime is up, before the model exists
+  double peak_rss = 0;       // VmHWM at the end (reset to baseline_rss first where the kernel allows)
+  double rss_anon = 0, rss_file = 0;   // at the end
+  double shard_bytes = 0;    // this rank's parameters (its tp / pp / ep shard of the weights)
+  double state_bytes = 0;    // every tensor it holds: parameters, gradients, optimizer state
+};
+
+constexpr const char* kImportMemoryFields[] = {"baseline_rss", "peak_rss", "rss_anon", "rss_file", "shard_bytes",
+                                               "state_bytes"};
+
+double& field(ImportMemory& m, int i) {
+  double* f[] = {&m.baseline_rss, &m.peak_rss, &m.rss_anon, &m.rss_file, &m.shard_bytes, &m.state_bytes};
+  return *f[i];
+}
+
+double param_bytes(const ModelHandle& h) {
+  double n = 0;
+  for (ModelChunk* c : h.chunks())
+    for (const Parameter& p : c->params().params()) n += double(p.value.nbytes());
+  return n;
+}
+
+// Every rank prints its own line on stderr; world rank 0 also prints one JSON
+// line on stdout with every rank's figures (gathered by scalar all-reduces, so
+// on any communicator) and the model's total and largest tensor bytes.
+void report_import_memory(Runtime& rt, ImportMemory m, const HFCheckpoint& source) {
+  dist::Communicator& world = rt.parallel_state().world();
+  const int rank = world.rank(), n = world.size();
+  std::fprintf(stderr,
+               "rank %d: peak host memory %.1f MB (+%.1f MB over %.1f MB at start; at the end anon %.1f MB, file "
+               "%.1f MB), shard %.1f MB, all state %.1f MB\n",
+               rank, m.peak_rss / 1e6, (m.peak_rss - m.baseline_rss) / 1e6, m.baseline_rss / 1e6, m.rss_anon / 1e6,
+               m.rss_file / 1e6, m.shard_bytes / 1e6, m.state_bytes / 1e6);
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < n; ++r) {
+    nlohmann::json one;
+    for (int i = 0; i < int(std::size(kImportMemoryFields)); ++i)
+      one[kImportMemoryFields[i]] = uint64_t(world.all_reduce_scalar(r == rank ? field(m, i) : 0.0));
+    ranks.push_back(one);
+  }
+  if (rank != 0) return;
+  uint64_t model_bytes = 0, largest = 0;
+  for (const std::string& name : source.names()) {
+    const uint64_t b = uint64_t(shape_numel(source.shape(name))) * dtype_size(source.dtype(name));
+    model_bytes += b;
+    largest = std::max(largest, b);
+  }
+  nlohmann::json j{{"import_memory", ranks}, {"model_bytes", model_bytes}, {"largest_tensor_bytes", largest}};
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
 // backend.dtype of the parameters a training checkpoint holds.
 std::string saved_param_dtype(const std::string& ckpt) {
   switch (saved_model_tensors(ckpt).begin()->second.second) {
@@ -152,9 +215,19 @@ int run(int argc, char** argv) {
     cfg.hf_path = in;
     auto rt = create_runtime(cfg);
     progress.on = rt->parallel_state().world_rank() == 0;
+    ImportMemory mem;
+    reset_peak_rss();
+    mem.baseline_rss = double(host_memory().rss);
     ModelHandle h = rt->build_model();
+    mem.shard_bytes = param_bytes(h);
+    mem.state_bytes = double(device_bytes_in_use(rt->device()));
     rt->save_checkpoint(h, out);
     progress.done(progress.on ? folder_bytes(out) : 0);
+    const HostMemory end = host_memory();
+    mem.peak_rss = double(end.peak_rss);
+    mem.rss_anon = double(end.rss_anon);
+    mem.rss_file = double(end.rss_file);
+    report_import_memory(*rt, mem, HFCheckpoint::open(in));
     return 0;
   }
   if (mode == "reshard") {

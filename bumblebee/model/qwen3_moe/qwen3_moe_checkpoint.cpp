@@ -135,6 +135,7 @@ void load_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3Mo
     const Tensor full = ckpt.get(rule.hf_name);
     check_loadable_weight(rule.hf_name, full);
     p.value.copy_from(shard_of_full(p, full));
+    ckpt.drop_pages(rule.hf_name);   // at most one tensor's file pages resident, as load_mapped_weights
     loaded.insert(p.name);
   }
   const int64_t e_count = cfg.num_experts, h = cfg.dense.hidden_size, f = cfg.moe_intermediate_size;
@@ -161,6 +162,8 @@ void load_moe_weights(ParamStore& store, const HFCheckpoint& ckpt, const Qwen3Mo
       load(p + "down_proj.weight", down.narrow(e * h, h));
       for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) loaded.insert(p + proj + ".weight");
     }
+    ckpt.drop_pages(gu_name);
+    ckpt.drop_pages(down_name);
   }
   for (const Parameter& p : store.params())   // LoRA adapters: peft_adapter.h loads them
     BB_CHECK(loaded.count(p.name) || is_lora_param(p.name), "parameter '", p.name,

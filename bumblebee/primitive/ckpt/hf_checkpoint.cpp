@@ -112,6 +112,7 @@ const SafetensorsFile& HFCheckpoint::shard(const std::string& name) const {
 }
 
 Tensor HFCheckpoint::get(const std::string& name) const { return shard(name).get(name); }
+void HFCheckpoint::drop_pages(const std::string& name) const { shard(name).drop_pages(name); }
 const Shape& HFCheckpoint::shape(const std::string& name) const { return shard(name).shape(name); }
 DType HFCheckpoint::dtype(const std::string& name) const { return shard(name).dtype(name); }
 const std::string& HFCheckpoint::shard_path(const std::string& name) const { return shard(name).path(); }

@@ -35,6 +35,9 @@ class HFCheckpoint {
   std::vector<std::string> names() const;  // every tensor in the shards, sorted
   bool has(const std::string& name) const;
   Tensor get(const std::string& name) const;  // host, stored dtype, zero copy where aligned
+  // Drops the tensor's touched file pages from this process's resident set
+  // (SafetensorsFile::drop_pages): loaders call it after each tensor.
+  void drop_pages(const std::string& name) const;
   const Shape& shape(const std::string& name) const;
   DType dtype(const std::string& name) const;
   const std::string& shard_path(const std::string& name) const;

@@ -148,7 +148,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   size_t file_size = 0;
   std::shared_ptr<Mapping> mapping = map_file(path, &file_size);
   const char* bytes = mapping->bytes();
-  return parse(std::move(mapping), bytes, file_size, path);
+  SafetensorsFile f = parse(std::move(mapping), bytes, file_size, path);
+  f.file_mapped_ = true;
+  return f;
 }
 
 SafetensorsFile SafetensorsFile::parse(std::shared_ptr<void> owner, const char* bytes, size_t file_size,
@@ -286,6 +288,20 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   Tensor t = Tensor::empty(e.shape, dt);
   std::memcpy(t.raw(), p, e.end - e.begin);
   return t;
+}
+
+void SafetensorsFile::drop_pages(const std::string& name) const {
+  const Entry& e = entry(name);
+  // parse()'s images may be heap memory, where MADV_DONTNEED would zero the bytes.
+  if (!file_mapped_) return;
+  // Whole pages inside the tensor only: a page it shares with a neighbour may
+  // hold that neighbour's private (written) copy, which dropping would lose.
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data_ + e.begin) + page - 1) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data_ + e.end) / page * page;
+  if (end > begin)
+    BB_CHECK(::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0, "safetensors file '",
+             path_, "': dropping the pages of tensor '", name, "' failed: ", std::strerror(errno));
 }
 
 void write_file_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {

@@ -42,6 +42,14 @@ class SafetensorsFile {
   // files get a copy. The mapping is private copy-on-write: writing into the tensor
   // never changes the file, and the tensor keeps the mapping alive.
   Tensor get(const std::string& name) const;
+  // Hands the file pages of tensor `name` that this process has touched back to
+  // the page cache (madvise MADV_DONTNEED), so they leave its resident set
+  // (RssFile); a later read faults them in from the file again. A loader calls
+  // it once it has copied what it needs, so reading a checkpoint a tensor at a
+  // time keeps at most one tensor's pages resident. Writes made through a view
+  // of this tensor are lost (the view reads the file again). No effect on
+  // parse()'s images, which may not be file mappings.
+  void drop_pages(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
@@ -56,6 +64,7 @@ class SafetensorsFile {
   std::string path_;
   std::shared_ptr<void> mapping_;
   const char* data_ = nullptr;  // start of the data section inside the mapping
+  bool file_mapped_ = false;    // mapping_ is open()'s mmap of the file
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };

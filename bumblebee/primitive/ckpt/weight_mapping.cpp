@@ -58,6 +58,9 @@ void load_mapped_weights(ParamStore& store, const HFCheckpoint& ckpt, const Chec
     const Tensor full = ckpt.get(rule.hf_name);
     check_loadable_weight(rule.hf_name, full);
     p.value.copy_from(shard_of_full(p, full));
+    // The view is done with: its file pages leave the resident set, so a rank
+    // holds at most one full tensor's pages besides its own shard.
+    ckpt.drop_pages(rule.hf_name);
     loaded.insert(p.name);
   }
   // LoRA adapters are not part of the base checkpoint (peft_adapter.h loads them).

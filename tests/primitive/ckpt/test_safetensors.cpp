@@ -1,5 +1,6 @@
 // Tests of the safetensors reader and writer: byte-exact round trips, files
-// built by hand from the spec, zero-copy views, and rejection of corrupt headers.
+// built by hand from the spec, zero-copy views, dropping a tensor's mapped
+// pages, and rejection of corrupt headers.
 #include "bumblebee/primitive/ckpt/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bumblebee/core/half.h"
+#include "bumblebee/core/host_memory.h"
 #include "tests/primitive/ckpt/ckpt_test_util.h"
 
 namespace bb {
@@ -277,6 +279,30 @@ TEST_F(Safetensors, RejectsMalformedEntries) {
   }
   write_raw(path("meta.safetensors"), R"({"__metadata__":{"step":3}})", "");
   expect_error([&] { SafetensorsFile::open(path("meta.safetensors")); }, {"meta.safetensors", "'step'", "string"});
+}
+
+// Reading a 32 MiB tensor through its view faults its file pages into the
+// resident set (RssFile); drop_pages hands them back, and the view still
+// reads the file's values.
+TEST_F(Safetensors, DropPagesLeavesTheResidentSet) {
+  const int64_t n = int64_t(8) << 20;   // 32 MiB of float32
+  Tensor big = Tensor::empty({n}, DType::F32);
+  for (int64_t i = 0; i < n; ++i) static_cast<float*>(big.raw())[i] = float(i % 1000);
+  write_safetensors(path("big.safetensors"), {{"small", Tensor::from_vector<float>({1.0f}, {1})}, {"big", big}});
+  big = Tensor();
+  const SafetensorsFile f = SafetensorsFile::open(path("big.safetensors"));
+  if (host_memory().rss == 0) GTEST_SKIP() << "/proc/self/status is not readable";
+  const uint64_t before = host_memory().rss_file;
+  const Tensor view = f.get("big");
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<const float*>(view.raw())[i];
+  const uint64_t touched = host_memory().rss_file;
+  EXPECT_GT(touched, before + (30ull << 20)) << "reading the view should fault ~32 MiB of file pages in";
+  f.drop_pages("big");
+  EXPECT_LT(host_memory().rss_file, before + (1ull << 20)) << "drop_pages left the tensor's pages resident";
+  EXPECT_EQ(static_cast<const float*>(view.raw())[1234], 234.0f);
+  EXPECT_EQ(f.get("small").item(), 1.0);
+  EXPECT_GT(sum, 0.0);
 }
 
 }  // namespace
