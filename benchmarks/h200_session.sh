@@ -2,7 +2,7 @@
 # One session on an H200 machine: build the CUDA backend, then run the stages
 # named on the command line (default: harness fixtures bench):
 #   harness   CUDA-vs-CPU op harness (tests/cuda), forward and backward
-#   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py)
+#   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py; PERF_SDPA=0 skips it)
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers
 #   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096; BENCH_MODELS picks);
 #             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op
@@ -148,7 +148,7 @@ for stage in $stages; do
       grep -E "FAIL|passed" "$LOGS/harness.log" | tail -40 ;;
     perf)
       timeout 200 $bin/bb_cuda_ops --perf 2>&1 | tee "$LOGS/perf.log" | grep -v "^$"
-      timeout 150 $py benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$LOGS/sdpa.log" ;;
+      [ "${PERF_SDPA:-1}" = 1 ] && timeout 150 $py benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$LOGS/sdpa.log" ;;
     fixtures)
       for f in ${FIXTURES:-qwen3_gqa qwen3_mha_sharded qwen3_tp llama3_gqa llama3_tied_f16 qwen3_moe_experts qwen3_moe_fused qwen3_moe_mixed}; do
         d=tests/fixtures/$f
