@@ -1,6 +1,8 @@
 // BucketBuffers: export_weights' double-buffered bucket memory (bucket_buffers.h).
 #include "bumblebee/runtime/bucket_buffers.h"
 
+#include <exception>
+
 #include "bumblebee/core/device_memory.h"
 
 namespace bb {
@@ -13,8 +15,16 @@ BucketBuffer::BucketBuffer(size_t nbytes, Device dev, bool pinned)
 
 BucketBuffer::~BucketBuffer() {
   // The last view can go while a caller's stream still reads the buffer (a
-  // DLPack tensor's deleter runs when torch drops it, not when its kernels end).
-  if (device_.is_cuda()) device_synchronize(device_);
+  // DLPack tensor's deleter runs when torch drops it, not when its kernels
+  // end). A destructor must not throw: at process exit the CUDA runtime may
+  // already be unloaded, and the memory goes with it.
+  if (device_.is_cuda()) {
+    try {
+      device_synchronize(device_);
+    } catch (const std::exception&) {
+      return;
+    }
+  }
   if (pinned_)
     host_pinned_free(data_, nbytes_);
   else

@@ -30,6 +30,7 @@
 namespace bb {
 
 struct ModelState;
+class BucketBuffers;
 
 // export_weights for RL weight sync: what the sink receives and how.
 enum class ExportTarget {
@@ -124,7 +125,8 @@ class Runtime {
   // pinned host memory in one transfer. Memory: two buckets of the target's
   // memory while the caller drops each bucket before it takes the one after
   // next (bucket_buffers.h), plus, for a host target on a GPU, one device
-  // bucket. Collective like the form above. runtime/weight_buckets.cpp.
+  // bucket during the export; the two host buckets stay with the runtime for
+  // the next export. Collective like the form above. runtime/weight_buckets.cpp.
   void export_weights(ModelHandle& h, const WeightBucketSink& sink, const ExportOptions& opts);
   // Writes the model as an HF checkpoint directory from world rank 0,
   // streaming (HFCheckpointWriter): shards under export.max_shard_bytes with
@@ -163,6 +165,9 @@ class Runtime {
   RuntimeConfig cfg_;
   std::shared_ptr<dist::ParallelState> parallel_;
   Device device_;
+  // export_weights' two host buckets, kept for the next export (an RL loop
+  // exports every step, and pinning 512 MiB costs about as long as copying it).
+  std::shared_ptr<BucketBuffers> host_export_buffers_;
 };
 
 std::unique_ptr<Runtime> create_runtime(const RuntimeConfig& cfg);

@@ -9,7 +9,8 @@
 // caller's copy to a GPU tensor went from pageable memory again. Now a bucket
 // is gathered on the device with device-to-device copies and crosses the host
 // link once, into pinned memory that the next export reuses; a device target
-// never leaves the GPU.
+// never leaves the GPU. Python's generator (bumblebee/runtime.py) gathers the
+// next bucket while the caller works on the current one.
 #include <algorithm>
 #include <optional>
 
@@ -46,7 +47,10 @@ void Runtime::export_weights(ModelHandle& h, const WeightBucketSink& sink, const
   // A host bucket on a GPU runtime is staged on the device and crosses the
   // host link in one copy; otherwise the tensors go straight into the bucket.
   const bool staged = device_.is_cuda() && !to_device;
-  BucketBuffers buffers(to_device ? device_ : Device::cpu(), device_);
+  std::optional<BucketBuffers> device_buffers;   // from the stream-ordered pool, cheap to take again
+  if (to_device) device_buffers.emplace(device_, device_);
+  if (!to_device && !host_export_buffers_) host_export_buffers_ = std::make_shared<BucketBuffers>(Device::cpu(), device_);
+  BucketBuffers& buffers = to_device ? *device_buffers : *host_export_buffers_;
   std::shared_ptr<BucketBuffer> staging;   // staged: the device bucket, kept for the whole export
   std::shared_ptr<BucketBuffer> gather;    // where the current bucket's tensors are copied as they come
   std::vector<BucketEntry> entries;
@@ -90,7 +94,7 @@ void Runtime::export_weights(ModelHandle& h, const WeightBucketSink& sink, const
         gather = staging;
       }
     }
-    device_copy(gather->data() + at, gather->device(), t.raw(), t.device(), n);
+    if (n) device_copy(gather->data() + at, gather->device(), t.raw(), t.device(), n);
     entries.push_back({name, t.shape(), t.dtype(), at});
     bytes = at + n;
   });
