@@ -8,27 +8,22 @@
 namespace bb {
 
 BucketBuffer::BucketBuffer(size_t nbytes, Device dev, bool pinned)
-    : data_(static_cast<char*>(pinned ? host_pinned_alloc(nbytes) : device_alloc(nbytes, dev))),
-      nbytes_(nbytes),
-      device_(dev),
-      pinned_(pinned) {}
+    : block_(Tensor::empty({int64_t(nbytes)}, DType::U8, dev)) {
+  // Storage pins memory only by moving its bytes (offload's path), here once
+  // per buffer: an export keeps its host buffers for the next one.
+  if (pinned) block_.storage()->relocate(Device::cpu(), true);
+}
 
 BucketBuffer::~BucketBuffer() {
   // The last view can go while a caller's stream still reads the buffer (a
   // DLPack tensor's deleter runs when torch drops it, not when its kernels
   // end). A destructor must not throw: at process exit the CUDA runtime may
-  // already be unloaded, and the memory goes with it.
-  if (device_.is_cuda()) {
-    try {
-      device_synchronize(device_);
-    } catch (const std::exception&) {
-      return;
-    }
+  // already be unloaded, and then the freeing below is a no-op too.
+  if (!device().is_cuda()) return;
+  try {
+    device_synchronize(device());
+  } catch (const std::exception&) {
   }
-  if (pinned_)
-    host_pinned_free(data_, nbytes_);
-  else
-    device_free(data_, nbytes_, device_);
 }
 
 Tensor bucket_view(const std::shared_ptr<BucketBuffer>& buffer, size_t offset, const Shape& shape, DType dtype) {

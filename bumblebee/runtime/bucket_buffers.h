@@ -23,15 +23,15 @@ class BucketBuffer {
   BucketBuffer(const BucketBuffer&) = delete;
   BucketBuffer& operator=(const BucketBuffer&) = delete;
 
-  char* data() const { return data_; }
-  size_t nbytes() const { return nbytes_; }
-  Device device() const { return device_; }
+  char* data() const { return static_cast<char*>(block_.raw()); }
+  size_t nbytes() const { return block_.nbytes(); }
+  Device device() const { return block_.device(); }
+  // The first `n` bytes as a uint8 tensor over the block's own storage (so a
+  // HostCopyStream sees that it is pinned); it does not keep the buffer alive.
+  Tensor bytes(size_t n) const { return block_.flat_slice(0, {int64_t(n)}); }
 
  private:
-  char* data_ = nullptr;
-  size_t nbytes_ = 0;
-  Device device_;
-  bool pinned_ = false;
+  Tensor block_;   // uint8 [nbytes]
 };
 
 // A tensor over `buffer` from byte `offset`; it keeps the buffer alive.

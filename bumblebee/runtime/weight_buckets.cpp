@@ -8,13 +8,14 @@
 // bounce buffer, and every export touched 3.4 GB of new pages), and the
 // caller's copy to a GPU tensor went from pageable memory again. Now a bucket
 // is gathered on the device with device-to-device copies and crosses the host
-// link once, into pinned memory that the next export reuses; a device target
+// link once, on a copy stream, into pinned memory that the next export reuses; a device target
 // never leaves the GPU. Python's generator (bumblebee/runtime.py) gathers the
 // next bucket while the caller works on the current one.
 #include <algorithm>
 #include <optional>
 
 #include "bumblebee/core/device_memory.h"
+#include "bumblebee/core/host_copy_stream.h"
 #include "bumblebee/runtime/bucket_buffers.h"
 #include "bumblebee/runtime/runtime.h"
 
@@ -52,6 +53,12 @@ void Runtime::export_weights(ModelHandle& h, const WeightBucketSink& sink, const
   if (!to_device && !host_export_buffers_) host_export_buffers_ = std::make_shared<BucketBuffers>(Device::cpu(), device_);
   BucketBuffers& buffers = to_device ? *device_buffers : *host_export_buffers_;
   std::shared_ptr<BucketBuffer> staging;   // staged: the device bucket, kept for the whole export
+  // The download runs on a non-blocking stream of its own: on the compute
+  // stream (a blocking one) it would take turns with whatever the caller
+  // queues on the legacy default stream, such as torch's copies of the last
+  // bucket up to the GPU.
+  std::optional<HostCopyStream> download;
+  if (staged) download.emplace(device_);
   std::shared_ptr<BucketBuffer> gather;    // where the current bucket's tensors are copied as they come
   std::vector<BucketEntry> entries;
   size_t bytes = 0;
@@ -59,7 +66,10 @@ void Runtime::export_weights(ModelHandle& h, const WeightBucketSink& sink, const
     std::shared_ptr<BucketBuffer> out = gather;
     if (staged) {
       out = buffers.next(std::max<size_t>(limit, bytes));
-      device_copy(out->data(), out->device(), staging->data(), device_, bytes);   // synchronous
+      download->wait_for_compute();   // the bucket's gathers
+      download->copy(out->bytes(bytes), staging->bytes(bytes));
+      // Done before the sink sees it, and before the next gathers overwrite the staging bucket.
+      download->synchronize();
     } else if (device_.is_cuda()) {
       // A device bucket is complete before any stream of the caller reads it.
       device_synchronize(device_);
