@@ -2,15 +2,18 @@
 // cast to the requested dtype where the tensors live and packed into buckets
 // of bounded size, the unit an RL trainer hands to its inference engine.
 //
-// Where the time went before (Qwen3-1.7B, bf16, one H200: 1.47 GB/s): each
-// tensor was copied to the host on its own, synchronously, into freshly
-// allocated pageable memory (the driver stages pageable copies through a
-// bounce buffer, and every export touched 3.4 GB of new pages), and the
+// Where the time went before (Qwen3-1.7B, bf16, one H200: 1.47 GB/s; read
+// from the code, not profiled): each tensor was copied to the host on its
+// own, synchronously, into freshly allocated pageable memory (the driver
+// stages pageable copies through a bounce buffer, and every export touched
+// 3.4 GB of new pages; the tied embedding was cloned once more on the host),
+// the export held the GIL so the caller could not work meanwhile, and the
 // caller's copy to a GPU tensor went from pageable memory again. Now a bucket
-// is gathered on the device with device-to-device copies and crosses the host
-// link once, on a copy stream, into pinned memory that the next export reuses; a device target
-// never leaves the GPU. Python's generator (bumblebee/runtime.py) gathers the
-// next bucket while the caller works on the current one.
+// is gathered on the device with device-to-device copies and crosses the
+// host link once, on a copy stream, into pinned memory that the next export
+// reuses; a device target never leaves the GPU. Python's generator
+// (bumblebee/runtime.py) gathers the next bucket while the caller works on
+// the current one.
 #include <algorithm>
 #include <optional>
 
