@@ -1,7 +1,8 @@
 """Weight export for RL, measured: a model built from HF_DIR (random init, no
 checkpoint read) streamed through Runtime.export_weights in buckets to one of
 three targets, and prints one JSON line per target with seconds and GB/s
-(bytes of the exported tensors):
+(bytes of the exported tensors; for a GPU target also whether the engine's
+tensors equal a host export bit for bit):
 
   host_numpy  numpy arrays over pinned host buckets (the caller does nothing)
   gpu_tensor  those arrays copied into torch tensors on the model's GPU (an
@@ -81,6 +82,15 @@ def main():
             host = torch.from_numpy(a.view(np.uint16) if a.dtype.itemsize == 2 else a)
             return into_engine(name, host.view(torch.bfloat16) if a.dtype.itemsize == 2 else host)
 
+        def engine_matches_host():
+            """Every engine tensor equals a fresh host export bit for bit."""
+            for name, a in rt.export_weights(h, dtype=args.dtype, bucket_bytes=args.bucket_bytes):
+                bits = a.view(np.int16) if a.dtype.itemsize == 2 else a
+                got = engine[name].view(torch.int16) if a.dtype.itemsize == 2 else engine[name]
+                if not torch.equal(got.cpu(), torch.from_numpy(bits)):
+                    return False
+            return True
+
         targets["gpu_tensor"] = ("cpu", host_to_gpu)
         targets["gpu_dlpack"] = ("cuda", lambda name, obj: into_engine(name, torch.from_dlpack(obj)))
     for target in args.targets:
@@ -91,9 +101,11 @@ def main():
         for _ in range(args.repeats):
             seconds, nbytes, count = stream(rt, h, args, consume, device, finish)
             best = seconds if best is None else min(best, seconds)
+        checked = {} if target == "host_numpy" else {"bit_identical": engine_matches_host()}
         print(
             json.dumps(
                 {
+                    **checked,
                     "bench": "export_weights",
                     "model": args.hf_dir.rstrip("/").split("/")[-1],
                     "target": target,
