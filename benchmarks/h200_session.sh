@@ -38,7 +38,8 @@
 #             f = 0, 0.5, 1 (OFFLOAD_FRACTIONS picks), seq 4096, 2 x 4 microbatches: tokens/s, step_ms, the
 #             device peak and the host-resident optimizer state, one results.jsonl line each
 #   export    Python export_weights (benchmarks/export_weights_bench.py): the Qwen3-1.7B architecture (random
-#             init, bf16) streamed in 512 MiB buckets to host numpy and, with torch, to tensors on the same GPU;
+#             init, bf16) streamed in 512 MiB buckets to host numpy (pinned buckets) and, with torch, into
+#             tensors on the same GPU from those (gpu_tensor) and from device buckets via DLPack (gpu_dlpack);
 #             seconds and GB/s into results.jsonl. Builds the _bumblebee module for python3, which needs
 #             nanobind importable (NANOBIND_PATH=DIR adds a carried copy's folder to PYTHONPATH)
 #   resume    training resumed from a checkpoint on the GPU at the same layout (RESUME_MODELS: fixtures qwen3_gqa,
@@ -370,8 +371,8 @@ PY
           timeout 120 $pyb -c "import ${order// /, }" > "$LOGS/import_${order// /_}.log" 2>&1
           echo "import ${order// /, }: exit $?"; grep -A24 "native_backtrace" "$LOGS/import_${order// /_}.log" | head -26
         done
-        # Host numpy alone first (no torch in the process), then with torch's GPU tensors as the target.
-        for targets in host_numpy "host_numpy gpu_tensor"; do
+        # Host numpy alone first (no torch in the process), then with torch's GPU tensors as the targets (from host and device buckets).
+        for targets in host_numpy "host_numpy gpu_tensor gpu_dlpack"; do
           log="$LOGS/export_${targets// /_}.log"
           timeout 300 $pyb benchmarks/export_weights_bench.py configs/qwen3-1.7b --device cuda --dtype bfloat16 \
             --bucket-bytes $((512 << 20)) --targets $targets > "$log" 2>&1

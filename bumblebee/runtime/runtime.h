@@ -30,14 +30,23 @@
 namespace bb {
 
 struct ModelState;
+class BucketBuffers;
 
 // export_weights for RL weight sync: what the sink receives and how.
+enum class ExportTarget {
+  Host,     // pinned host memory (plain host memory on a CPU runtime)
+  Device,   // the model's GPU: what a colocated inference engine reads (a CUDA runtime only)
+};
 struct ExportOptions {
   std::string dtype;          // "" keeps each tensor's dtype; else a dtype name (bfloat16, float32, float64)
   uint64_t bucket_bytes = 0;  // bytes per bucket (in `dtype`); 0: export.bucket_bytes. A larger tensor is its own bucket
   bool rank0_only = false;    // only world rank 0's sink is called (every rank still takes part)
+  ExportTarget target = ExportTarget::Host;
 };
-// (hf_name, full host tensor) pairs in HF naming, in export order.
+// (hf_name, full tensor) pairs in HF naming, in export order: views into one
+// buffer of the target's memory (runtime/bucket_buffers.h). The buffer is
+// reused for a later bucket only once no tensor views it, so a sink may keep
+// any tensor (a Tensor copy) as long as it likes.
 using WeightBucket = std::vector<std::pair<std::string, Tensor>>;
 using WeightBucketSink = std::function<void(const WeightBucket& bucket)>;
 
@@ -101,16 +110,23 @@ class Runtime {
 
   // Full-vocabulary logits [T, V] (host, float64) of a batch, for validation.
   Tensor logits(ModelHandle& h, const PackedBatch& data);
-  // Streams (hf_name, full host tensor) pairs in HF naming, one tensor at a
-  // time: gathered over tp and ep per tensor, and with pp > 1 sent stage by
-  // stage in buckets of at most export.bucket_bytes (or one tensor when it is
-  // larger). Collective: every rank calls it, and every rank's sink sees
-  // every tensor. runtime/hf_export.cpp.
+  // Streams (hf_name, full tensor) pairs in HF naming, one tensor at a time,
+  // each on the model's device (without tp often a view of the parameter:
+  // copy what you keep) or, after a pp transfer, on the host: gathered over
+  // tp and ep per tensor, and with pp > 1 sent stage by stage in buckets of
+  // at most export.bucket_bytes (or one tensor when it is larger).
+  // Collective: every rank calls it, and every rank's sink sees every tensor.
+  // runtime/hf_export.cpp.
   void export_weights(ModelHandle& h, const WeightSink& sink);
-  // The same stream as host tensors in `opts.dtype`, handed to the sink one
-  // bucket at a time: a bucket holds at most opts.bucket_bytes (or one larger
-  // tensor), so host memory stays bounded by one bucket plus one tensor.
-  // Collective like the form above. runtime/weight_buckets.cpp.
+  // The same stream in `opts.dtype`, handed to the sink one bucket at a time:
+  // a bucket holds at most opts.bucket_bytes (or one larger tensor) in one
+  // buffer of opts.target's memory. On a GPU runtime a host bucket is
+  // gathered on the device (cast there when a dtype is asked) and copied to
+  // pinned host memory in one transfer. Memory: two buckets of the target's
+  // memory while the caller drops each bucket before it takes the one after
+  // next (bucket_buffers.h), plus, for a host target on a GPU, one device
+  // bucket during the export; the two host buckets stay with the runtime for
+  // the next export. Collective like the form above. runtime/weight_buckets.cpp.
   void export_weights(ModelHandle& h, const WeightBucketSink& sink, const ExportOptions& opts);
   // Writes the model as an HF checkpoint directory from world rank 0,
   // streaming (HFCheckpointWriter): shards under export.max_shard_bytes with
@@ -149,6 +165,9 @@ class Runtime {
   RuntimeConfig cfg_;
   std::shared_ptr<dist::ParallelState> parallel_;
   Device device_;
+  // export_weights' two host buckets, kept for the next export (an RL loop
+  // exports every step, and pinning 512 MiB costs about as long as copying it).
+  std::shared_ptr<BucketBuffers> host_export_buffers_;
 };
 
 std::unique_ptr<Runtime> create_runtime(const RuntimeConfig& cfg);

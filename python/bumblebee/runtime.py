@@ -196,14 +196,21 @@ class Runtime:
         """The model as an HF checkpoint directory (config.json + safetensors), from rank 0."""
         self._native.save_hf_checkpoint(h._native, str(path))
 
-    def export_weights(self, h, dtype=None, bucket_bytes=None, rank0_only=False):
-        """Yields (hf_name, numpy array) in HF naming, full tensors gathered over
-        tp, pp and ep, one bucket at a time: host memory holds one bucket of at
-        most bucket_bytes (None: export.bucket_bytes; a larger tensor comes
-        alone) while the next is gathered. Collective: every rank calls it and
-        runs it to the end (or closes it); rank0_only=True yields nothing on the
-        other ranks. dtype: None keeps each tensor's dtype (bfloat16 on CUDA),
-        or "bfloat16", "float32", "float64". bfloat16 arrays have the
+    def export_weights(self, h, dtype=None, bucket_bytes=None, rank0_only=False, device="cpu"):
+        """Yields (hf_name, tensor) in HF naming, full tensors gathered over tp,
+        pp and ep, one bucket of at most bucket_bytes at a time (None:
+        export.bucket_bytes; a larger tensor comes alone) while the next bucket
+        is gathered. device="cpu": numpy arrays, views into a bucket of pinned
+        host memory (on a GPU runtime gathered on the device and copied in one
+        transfer); device="cuda": objects with __dlpack__ over a bucket on the
+        model's GPU (torch.from_dlpack takes them without a copy), for an
+        inference engine on the same device. Memory: two buckets while the
+        caller drops each bucket's tensors before it takes the one after next;
+        a tensor kept longer stays valid (its bucket is then not reused).
+        Collective: every rank calls it and runs it to the end (or closes it);
+        rank0_only=True yields nothing on the other ranks. dtype: None keeps
+        each tensor's dtype (bfloat16 on CUDA), or "bfloat16", "float32",
+        "float64" (cast on the device). bfloat16 numpy arrays have the
         ml_dtypes.bfloat16 dtype when ml_dtypes is installed, else dtype uint16
         holding the bits (view them with torch: t.view(torch.bfloat16)). No
         other runtime call may run while the generator is open."""
@@ -211,7 +218,11 @@ class Runtime:
             raise _native.Error(f"export_weights: dtype '{dtype}' is not supported (None, bfloat16, float32 or float64)")
         if bucket_bytes is not None and bucket_bytes <= 0:
             raise _native.Error(f"export_weights: bucket_bytes must be positive, got {bucket_bytes}")
-        yield from _exported_buckets(self._native, h._native, dtype or "", bucket_bytes or 0, rank0_only)
+        if device not in ("cpu", "cuda"):
+            raise _native.Error(f"export_weights: device '{device}' is not one of cpu, cuda")
+        yield from _exported_buckets(
+            self._native, h._native, dtype or "", bucket_bytes or 0, rank0_only, device == "cuda"
+        )
 
     def logits(self, h, batch):
         """Full-vocabulary logits [T, V] (float64) of a batch, for validation."""
@@ -226,14 +237,18 @@ def _bfloat16_dtype():
     return ml_dtypes.bfloat16
 
 
-def _exported_buckets(native, handle, dtype, bucket_bytes, rank0_only):
-    """The native bucketed export, run on a worker thread that hands over one
-    bucket at a time: the threads take turns (the worker waits while the caller
-    holds a bucket), so one thread at a time calls into MPI. Closing the
+def _exported_buckets(native, handle, dtype, bucket_bytes, rank0_only, to_device):
+    """The native bucketed export, run on a worker thread without the GIL,
+    which gathers the next bucket while the caller works on this one. The
+    worker waits before the bucket after next until the caller has let go of
+    the one before (after it yielded the first tensor of the current bucket,
+    so the caller's loop variable no longer holds the older one): the native
+    side then reuses that bucket's buffer instead of allocating a fresh one.
+    Only the worker calls into MPI while the generator is open. Closing the
     generator early lets the worker finish the export without handing out the
     rest, so every rank's collectives still match."""
     handoff = queue.Queue(maxsize=1)
-    resume = threading.Semaphore(0)
+    released = threading.Semaphore(0)
     draining = threading.Event()
     failure = []
 
@@ -241,27 +256,40 @@ def _exported_buckets(native, handle, dtype, bucket_bytes, rank0_only):
         if draining.is_set():
             return
         handoff.put(bucket)
-        resume.acquire()
+        released.acquire()
 
     def work():
         try:
-            native.export_weights(handle, sink, dtype, bucket_bytes, rank0_only)
+            native.export_weights(handle, sink, dtype, bucket_bytes, rank0_only, to_device)
         except BaseException as e:   # re-raised on the caller's thread
             failure.append(e)
         handoff.put(None)
 
-    bf16 = _bfloat16_dtype() if dtype in ("", "bfloat16") else None
+    bf16 = _bfloat16_dtype() if dtype in ("", "bfloat16") and not to_device else None
     worker = threading.Thread(target=work, name="bumblebee-export", daemon=True)
     worker.start()
+    bucket = array = None
+    done = False
     try:
+        first = True
         while (bucket := handoff.get()) is not None:
+            if first:
+                released.release()   # nothing older is held: the worker may gather the next bucket now
+            pending = not first
+            first = False
             for name, array in bucket:
                 yield name, array.view(bf16) if bf16 is not None and array.dtype == np.uint16 else array
-            del bucket
-            resume.release()
+                if pending:
+                    released.release()
+                    pending = False
+            array = None
+        done = True
     finally:
+        bucket = array = None
         draining.set()
-        resume.release()
+        released.release()
+        while not done:
+            done = handoff.get() is None
         worker.join()
     if failure:
         raise failure[0]

@@ -50,10 +50,11 @@ std::vector<T> to_vector(const HostArray<T>& a) {
   return std::vector<T>(a.data(), a.data() + a.shape(0));
 }
 
-// A host tensor of an export bucket as a numpy array over its storage (no
-// copy: the bucket owns its data); bfloat16, which numpy lacks, as uint16
-// holding the bits (bumblebee/runtime.py views it as ml_dtypes.bfloat16 when
-// that is installed).
+// A tensor of an export bucket as a numpy array over the bucket's pinned
+// host buffer (no copy: the array keeps the buffer alive, and the export
+// reuses a buffer only once no array views it); bfloat16, which numpy lacks,
+// as uint16 holding the bits (bumblebee/runtime.py views it as
+// ml_dtypes.bfloat16 when that is installed).
 template <typename T>
 nb::object host_view(const Tensor& host) {
   std::vector<size_t> shape(host.shape().begin(), host.shape().end());
@@ -69,6 +70,26 @@ nb::object tensor_to_numpy(const Tensor& host) {
     case DType::BF16: return host_view<uint16_t>(host);
     default: BB_FAIL("export_weights: no numpy form for dtype ", dtype_name(host.dtype()));
   }
+}
+
+// A tensor of a device export bucket as an object with __dlpack__ and
+// __dlpack_device__ (nanobind's ndarray), which torch.from_dlpack takes
+// without a copy; it keeps the device bucket alive like host_view.
+nb::object tensor_to_dlpack(const Tensor& t) {
+  nb::dlpack::dtype dt{};
+  dt.lanes = 1;
+  dt.bits = uint8_t(dtype_size(t.dtype()) * 8);
+  switch (t.dtype()) {
+    case DType::F64:
+    case DType::F32: dt.code = uint8_t(nb::dlpack::dtype_code::Float); break;
+    case DType::BF16: dt.code = uint8_t(nb::dlpack::dtype_code::Bfloat); break;
+    default: BB_FAIL("export_weights: no DLPack form for dtype ", dtype_name(t.dtype()));
+  }
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+  auto* owned = new Tensor(t);
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  return nb::cast(nb::ndarray<>(owned->raw(), shape.size(), shape.data(), owner, nullptr, dt, nb::device::cuda::value,
+                                t.device().index));
 }
 
 // The Python loss adapter (bumblebee/loss.py) is called with (log_probs,
@@ -234,24 +255,31 @@ void bind_runtime(nb::module_& m) {
       .def(
           "export_weights",
           [](Runtime& rt, ModelHandle& h, nb::callable sink, const std::string& dtype, uint64_t bucket_bytes,
-             bool rank0_only) {
-            // Python runs the export on a worker thread (bumblebee/runtime.py), whose current device is unset.
-            device_make_current(rt.device());
+             bool rank0_only, bool to_device) {
             ExportOptions opts;
             opts.dtype = dtype;
             opts.bucket_bytes = bucket_bytes;
             opts.rank0_only = rank0_only;
+            opts.target = to_device ? ExportTarget::Device : ExportTarget::Host;
+            // Python runs the export on a worker thread (bumblebee/runtime.py), whose current device is unset.
+            // It runs without the GIL, so the caller's thread works on one bucket while this one gathers the next.
+            nb::gil_scoped_release released;
+            device_make_current(rt.device());
             rt.export_weights(
                 h,
                 [&](const WeightBucket& bucket) {
+                  nb::gil_scoped_acquire acquired;
                   nb::list out;
-                  for (const auto& [name, t] : bucket) out.append(nb::make_tuple(name, tensor_to_numpy(t)));
+                  for (const auto& [name, t] : bucket)
+                    out.append(nb::make_tuple(name, to_device ? tensor_to_dlpack(t) : tensor_to_numpy(t)));
                   sink(out);
                 },
                 opts);
           },
           nb::arg("h"), nb::arg("sink"), nb::arg("dtype"), nb::arg("bucket_bytes"), nb::arg("rank0_only"),
-          "Calls sink([(hf_name, numpy array), ...]) once per bucket (Runtime::export_weights with ExportOptions).")
+          nb::arg("to_device"),
+          "Calls sink([(hf_name, array), ...]) once per bucket (Runtime::export_weights with ExportOptions): numpy "
+          "arrays over pinned host memory, or with to_device DLPack objects over the model's GPU.")
       .def("logits", [](Runtime& rt, ModelHandle& h, const PackedBatch& batch) {
         const Tensor l = rt.logits(h, batch);
         return to_numpy(l.to_doubles(), {size_t(l.size(0)), size_t(l.size(1))});

@@ -40,7 +40,11 @@ def test_export_weights_buckets_stay_under_bucket_bytes():
     sizes = {name: a.nbytes for name, a in rt.export_weights(h, dtype="float32")}
     limit = 4 * max(sizes.values()) // 3
     buckets = []
-    rt._native.export_weights(h._native, lambda b: buckets.append([(n, a.nbytes) for n, a in b]), "float32", limit, False)
+
+    def sink(bucket):
+        buckets.append([(n, a.nbytes) for n, a in bucket])
+
+    rt._native.export_weights(h._native, sink, "float32", limit, False, False)
     assert [n for b in buckets for n, _ in b] == list(sizes)
     assert len(buckets) > 1
     for b in buckets:

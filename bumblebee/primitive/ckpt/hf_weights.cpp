@@ -57,18 +57,17 @@ Tensor shard_of_full(const Parameter& p, const Tensor& full) {
 
 Tensor gather_full(const Parameter& p, TensorParallel& tp) {
   const int n = tp.size();
-  if (p.shard == ShardKind::Replicated || n == 1) {
-    Tensor full = p.value.to(Device::cpu());
-    if (p.shard == ShardKind::Vocab) full = full.narrow(0, p.full_shape[0]).clone();
-    return full;
-  }
+  if (p.shard == ShardKind::Replicated || n == 1)
+    return p.shard == ShardKind::Vocab ? p.value.narrow(0, p.full_shape[0]) : p.value;
   Shape gathered_shape = p.local_shape;
   gathered_shape[0] *= n;
   Tensor gathered = Tensor::empty(gathered_shape, p.value.dtype(), p.value.device());
   tp.group().all_gather(p.value, gathered);
-  Tensor host = gathered.to(Device::cpu());
-  if (p.shard != ShardKind::Row) return host.narrow(0, p.full_shape[0]).clone();
-  // Rank parts are [rows, cols/n] blocks stacked along dim 0; interleave them back into columns.
+  if (p.shard != ShardKind::Row) return gathered.narrow(0, p.full_shape[0]);
+  // Rank parts are [rows, cols/n] blocks stacked along dim 0; interleave them
+  // back into columns. On the host: tp > 1 row-parallel weights take this
+  // round trip, the rest of an export stays on the device.
+  const Tensor host = gathered.to(Device::cpu());
   const int64_t rows = p.full_shape[0], lc = p.local_shape[1];
   const size_t es = dtype_size(host.dtype());
   Tensor full = Tensor::empty(p.full_shape, host.dtype());
@@ -77,7 +76,7 @@ Tensor gather_full(const Parameter& p, TensorParallel& tp) {
   for (int r = 0; r < n; ++r)
     for (int64_t i = 0; i < rows; ++i)
       std::copy(s + ((r * rows + i) * lc) * es, s + ((r * rows + i) * lc + lc) * es, d + (i * lc * n + r * lc) * es);
-  return full;
+  return full.to(p.value.device());
 }
 
 }  // namespace bb

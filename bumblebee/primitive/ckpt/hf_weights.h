@@ -18,8 +18,11 @@ void check_loadable_weight(const std::string& hf_name, const Tensor& full);
 // the full tensor's dtype; vocabulary padding rows zero).
 Tensor shard_of_full(const Parameter& p, const Tensor& full);
 
-// The full tensor (host, parameter dtype, vocabulary padding dropped) from
-// every tp rank's part. Collective over the tp group unless replicated.
+// The full tensor (on the parameter's device, parameter dtype, vocabulary
+// padding dropped) from every tp rank's part. Collective over the tp group
+// unless replicated. Without tp it is a view of the parameter (no copy), so a
+// weight export to the device or to pinned host memory moves each byte once;
+// a caller that keeps it past the parameter's next update clones it.
 Tensor gather_full(const Parameter& p, TensorParallel& tp);
 
 }  // namespace bb

@@ -24,7 +24,8 @@ namespace bb {
 // "model.layers.0.self_attn.q_proj.lora_A.weight" -> "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
 std::string peft_tensor_name(const std::string& param_name);
 
-// Calls sink(peft name, full host tensor) for every adapter parameter of the
+// Calls sink(peft name, full tensor: on the parameter's device, the fused expert
+// adapters on the host) for every adapter parameter of the
 // chunk, in registration order, then for the expert adapters fused over
 // every ep rank's experts. Collective over the tp and the ep group.
 void export_lora_params(ParamStore& store, TensorParallel& tp, dist::Communicator& ep, const WeightSink& sink);

@@ -55,7 +55,8 @@ void load_mapped_weights(ParamStore& store, const HFCheckpoint& ckpt, const Chec
 
 using WeightSink = std::function<void(const std::string& hf_name, const Tensor& full)>;
 
-// Calls sink(hf_name, full host tensor in the parameter dtype) for every tensor
+// Calls sink(hf_name, full tensor on the parameter's device, in the parameter
+// dtype; gather_full's, often a view of the parameter) for every tensor
 // this chunk owns, in the mapping's order (a tied copy on the last stage is
 // the first stage's to export). Collective over the tp group.
 void export_mapped_weights(ParamStore& store, TensorParallel& tp, const CheckpointMapping& mapping,
