@@ -3,15 +3,17 @@
 // of ring attention (separate q / kv spans, causal bottom-right or no mask);
 // plain causal self-attention is its case of one cu_seqlens for both.
 //
-// The backward of grouped-query attention from a group ratio Hq / Hkv of
-// kGqaExpandMinGroup (4) on runs as multi-head attention on K/V repeated to Hq
-// heads, dK/dV then summed over each group (attention_gqa_expand.cu): at 8:1
-// (Qwen3-30B-A3B, 32 / 4 heads) cuDNN's backward ran at half its 2:1 rate, and
-// our flash backward walks a group's query heads in one block. The environment
-// variable BB_ATTENTION_GQA_EXPAND=0|1|auto (read at every call) turns it off,
-// on for every grouped shape, or leaves the threshold; it applies to the tiled
-// backends only (the small kernel keeps its own group walk). The four
-// [Tkv, Hq, D] scratch tensors are freed when the call returns.
+// The backward of grouped-query attention on our flash kernel, from a group
+// ratio Hq / Hkv of kGqaExpandMinGroup (4) on, runs as multi-head attention on
+// K/V repeated to Hq heads, dK/dV then summed over each group
+// (attention_gqa_expand.cu): the flash backward walks a group's query heads in
+// one block, and at 8:1 (Qwen3-30B-A3B, 32 / 4 heads, 2 x 4096 tokens) the
+// expansion took it from 8.30 to 6.10 ms on an H200. cuDNN's backward runs at
+// the same rate either way (2.73 / 2.77 ms), so auto leaves cuDNN alone. The
+// environment variable BB_ATTENTION_GQA_EXPAND=0|1|auto (read at every call)
+// turns it off, on for every grouped shape on both tiled backends, or leaves
+// the rule; the small kernel keeps its own group walk. The four [Tkv, Hq, D]
+// scratch tensors are freed when the call returns.
 //
 // backend.attention_backend (ops/attention_backend.h), or the environment
 // variable BB_ATTENTION_BACKEND over it, picks cudnn (cuDNN's fused attention
@@ -81,8 +83,8 @@ Implementation implementation_for(const Tensor& q, const Tensor& v, std::initial
 }
 
 // Whether this backward runs by expansion: BB_ATTENTION_GQA_EXPAND=1 for every
-// grouped-query shape, 0 never, auto (or unset) from kGqaExpandMinGroup on.
-bool gqa_expand_selected(int64_t heads_q, int64_t heads_kv) {
+// grouped-query shape, 0 never, auto (or unset) on flash from kGqaExpandMinGroup on.
+bool gqa_expand_selected(Implementation impl, int64_t heads_q, int64_t heads_kv) {
   if (heads_q == heads_kv) return false;
   const char* env = std::getenv("BB_ATTENTION_GQA_EXPAND");
   const std::string mode = env ? env : "";
@@ -90,7 +92,7 @@ bool gqa_expand_selected(int64_t heads_q, int64_t heads_kv) {
            "'; it must be 0, 1 or auto");
   if (mode == "0") return false;
   if (mode == "1") return true;
-  return heads_q / heads_kv >= kGqaExpandMinGroup;
+  return impl == Implementation::Flash && heads_q / heads_kv >= kGqaExpandMinGroup;
 }
 
 void check_activation(const Tensor& ref, const Tensor& t, const char* op, const char* name, const Shape& shape) {
@@ -209,7 +211,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   check_activation(q, dv, op, "dv", v.shape());
   DeviceGuard guard(q.device().index);
   const Implementation impl = implementation_for(q, v, {&dout, &q, &k, &v, &out, &dq, &dk, &dv});
-  if (impl != Implementation::Small && gqa_expand_selected(q.size(1), k.size(1)))
+  if (impl != Implementation::Small && gqa_expand_selected(impl, q.size(1), k.size(1)))
     expanded_backward(impl, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
   else
     run_backward(impl, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
