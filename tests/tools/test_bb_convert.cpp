@@ -5,9 +5,12 @@
 // resident set (VmHWM, anonymous and file-backed pages together) may grow over
 // its start by at most its own state (the parameter shard with its gradients
 // and Adam moments: what the rank holds and writes) plus the largest tensor
-// plus 64 MB of fixed slack (the save's buffers, allocator and MPI), and at 2
-// ranks by at most 60% of what the one-rank run, which holds the whole model,
-// grows by. docs/checkpoints.md, "Import memory", has the figures.
+// plus 96 MB of fixed slack (the save's buffers, allocator arenas and huge
+// pages, MPI), and at 2 ranks by at most 2/3 of what the one-rank run, which
+// holds the whole model, grows by (a rank holding its half of the state plus
+// every full weight would need 3/4). Measured alone: 1 rank +960 MB, each of 2
+// ranks +475..508 MB; the bounds leave room for a loaded CI machine.
+// docs/checkpoints.md, "Import memory", has the figures.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -28,7 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr uint64_t kSlackBytes = 64ull << 20;
+constexpr uint64_t kSlackBytes = 96ull << 20;
 
 // Writes the model in four shards with model.safetensors.index.json, every
 // weight 0.01 (finite, so the import's value check passes).
@@ -111,7 +114,7 @@ class ImportMemory : public ::testing::Test {
     const uint64_t largest = report["largest_tensor_bytes"];
     for (size_t r = 0; r < ranks; ++r) {
       const json& m = report["import_memory"][r];
-      EXPECT_LE(growth(m), m["state_bytes"].get<uint64_t>() + largest + kSlackBytes) << tag << " rank " << r;
+      EXPECT_LE(growth(m), m["state_bytes"].get<uint64_t>() + largest + kSlackBytes) << tag << " rank " << r << ": " << report.dump();
       EXPECT_GT(m["shard_bytes"].get<uint64_t>(), 0u) << tag << " rank " << r;
     }
   }
@@ -133,7 +136,7 @@ TEST_F(ImportMemory, TwoRanksHoldHalfTheModel) {
     const json two = import(2, layout, "two");
     expect_bounded(two, 2, layout);
     for (size_t r = 0; r < 2; ++r) {
-      EXPECT_LE(growth(two["import_memory"][r]), whole * 6 / 10) << layout << " rank " << r;
+      EXPECT_LE(growth(two["import_memory"][r]), whole * 2 / 3) << layout << " rank " << r << ": " << two.dump();
       EXPECT_LT(two["import_memory"][r]["shard_bytes"].get<uint64_t>(), two["model_bytes"].get<uint64_t>() * 6 / 10)
           << layout << " rank " << r;
     }
