@@ -73,6 +73,9 @@ struct BBConfig {
   ParallelConfig parallel;
   OptimizerConfig optimizer;
   std::string attention_backend = "auto";
+  // Every CUDA op sums in a fixed order (ops/deterministic.h): identical runs
+  // repeat bitwise at the same layout, at some cost in speed.
+  bool deterministic = false;
   // MoE models: weight of the router load-balancing loss; unset: the model
   // config's (config.json's router_aux_loss_coef). Dense models reject it.
   std::optional<double> router_aux_loss_coef;

@@ -138,6 +138,10 @@ void ConfigSchema::add_runtime_keys() {
           "the environment variable BB_ATTENTION_BACKEND overrides it",
           [](RuntimeConfig& c, const json& v) { bb_of(c).attention_backend = v; })
           .one_of({"auto", "cudnn", "flash"}));
+  add(key("backend.deterministic", "backend", T::Bool, b.deterministic,
+          "CUDA ops sum in a fixed order, so identical runs repeat bitwise at the same layout (Megatron's "
+          "--deterministic-mode); needs attention_backend cudnn (or auto with cuDNN) for training",
+          [](RuntimeConfig& c, const json& v) { bb_of(c).deterministic = v; }));
   add(key("backend.router_aux_loss_coef", "backend", T::Float, json(),
           "MoE models: weight of the router load-balancing loss; unset (null): config.json's router_aux_loss_coef",
           [](RuntimeConfig& c, const json& v) {

@@ -10,6 +10,7 @@
 #include "bumblebee/model/plugin.h"
 #include "bumblebee/model/registry.h"
 #include "bumblebee/ops/attention_backend.h"
+#include "bumblebee/ops/deterministic.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/ckpt/peft_adapter.h"
 #include "bumblebee/primitive/modules/lora_dropout.h"
@@ -178,6 +179,7 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.temperature = bcfg.temperature;
   ctx.lm_head_chunk_tokens = bcfg.lm_head_chunk_tokens;
   ops::set_attention_backend(bcfg.attention_backend);
+  ops::set_deterministic(bcfg.deterministic);
   ParamGroupOptions groups;
   groups.no_weight_decay_1d = bcfg.optimizer.no_weight_decay_1d;
   if (!bcfg.frozen_params.empty()) groups.frozen = {bcfg.frozen_params};

@@ -65,6 +65,10 @@ class EnvOverride {
 
 std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
+// The deterministic-mode cases (test_backend_ops_determinism.cpp): ops run
+// twice on the same inputs must agree bit for bit.
+void determinism_cases(std::vector<Case>& cases);
+
 // --perf (test_backend_ops_perf.cpp): times kernels and prints rates; returns
 // the process exit code.
 int run_perf();

@@ -19,7 +19,8 @@
 //
 // When the build has cuDNN attention, attention cases (plain causal
 // self-attention and the partial attention of ring attention) run under both
-// BB_ATTENTION_BACKEND=flash and =cudnn.
+// BB_ATTENTION_BACKEND=flash and =cudnn. The deterministic-mode cases
+// (test_backend_ops_determinism.cpp) run each op twice and require the same bits.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -1308,6 +1309,7 @@ std::vector<Case> all_cases() {
   moe_cases(cases);
   moe_router_cases(cases);
   column_gather_cases(cases);
+  determinism_cases(cases);
   return cases;
 }
 

@@ -32,6 +32,11 @@
 // backend cannot take goes to flash when flash can, else to the plain kernel
 // of attention_small.cu (head dims 1 to 256, any bf16 alignment): a forced
 // backend applies only to the shapes it can take. docs/cuda.md lists the pairs.
+//
+// Under deterministic mode (backend.deterministic) a backward that would run
+// on flash is an error: its dQ sums the key blocks' contributions with
+// atomics. cuDNN's backward then takes its deterministic algorithm
+// (attention_cudnn.cpp); the small kernel has no atomics.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -40,6 +45,7 @@
 #include <utility>
 
 #include "bumblebee/ops/attention_backend.h"
+#include "bumblebee/ops/deterministic.h"
 #include "bumblebee/ops/cuda/attention_backends.h"
 #include "bumblebee/core/cuda/cuda_context.h"
 #include "bumblebee/ops/cuda/cuda_ops.h"
@@ -211,6 +217,11 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   check_activation(q, dv, op, "dv", v.shape());
   DeviceGuard guard(q.device().index);
   const Implementation impl = implementation_for(q, v, {&dout, &q, &k, &v, &out, &dq, &dk, &dv});
+  BB_CHECK(!(impl == Implementation::Flash && ops::deterministic()), op,
+           ": backend.deterministic=true, but this backward (q/k head dim ", q.size(2), ", v ", v.size(2),
+           ") would run on the flash kernel, whose dQ sums with atomics; use backend.attention_backend=cudnn "
+           "(or auto in a build with cuDNN; cuDNN takes head dims up to 128 and the pair 192 / 128), or "
+           "backend.deterministic=false");
   if (impl != Implementation::Small && gqa_expand_selected(impl, q.size(1), k.size(1)))
     expanded_backward(impl, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
   else

@@ -12,6 +12,11 @@
 // to a multiple of 64 (so nearby packings share a plan), heads, the q/k and v
 // head dims, mask, scale and device.
 //
+// Under deterministic mode (backend.deterministic, ops/deterministic.h) the
+// backward graph asks for cuDNN's deterministic algorithm (dQ summed without
+// atomics); the setting is part of the cache key. A shape for which this
+// cuDNN has no deterministic engine is an error naming the key.
+//
 // cuDNN's heuristics pick the first engine configuration that builds. With
 // BB_CUDNN_ATTENTION_AUTOTUNE=1 (read when a graph is built; it is part of the
 // cache key, so one process can compare both) every configuration the
@@ -29,6 +34,7 @@
 // Built only when CMake found the cudnn-frontend headers and libcudnn
 // (BB_WITH_CUDNN); otherwise asking for it is an error that says so.
 #include "bumblebee/ops/cuda/attention_backends.h"
+#include "bumblebee/ops/deterministic.h"
 
 #include "bumblebee/core/error.h"
 
@@ -68,8 +74,8 @@ void check_cudnn(cudnnStatus_t status, const char* call) {
   BB_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN call ", call, " failed: ", cudnnGetErrorString(status));
 }
 
-void check_fe(fe::error_object err, const char* what) {
-  BB_CHECK(err.is_good(), "cuDNN attention: ", what, " failed: ", err.get_message());
+void check_fe(fe::error_object err, const char* what, const char* hint = "") {
+  BB_CHECK(err.is_good(), "cuDNN attention: ", what, " failed: ", err.get_message(), hint);
 }
 
 cudnnHandle_t handle_for_current_device() {
@@ -106,7 +112,8 @@ struct Shape4 {
   std::vector<int64_t> o_stride() const { return thd_stride(heads_q, seqlen_q, dim_v); }
 };
 
-using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, float, bool>;
+using Key =
+    std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, float, bool, bool>;
 
 // A built graph; with autotune, `tuned` guards the one timing of its plans.
 struct CachedGraph {
@@ -165,13 +172,15 @@ std::shared_ptr<fe::graph::Graph> new_graph() {
   return g;
 }
 
-void build(fe::graph::Graph& g, cudnnHandle_t handle, bool autotune) {
-  check_fe(g.validate(), "graph validation");
-  check_fe(g.build_operation_graph(handle), "building the operation graph");
-  check_fe(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "creating execution plans");
-  check_fe(g.check_support(handle), "support check (this cuDNN has no engine for the shape)");
+// `hint` ends every error message: what the caller asked for beyond the shape.
+void build(fe::graph::Graph& g, cudnnHandle_t handle, bool autotune, const char* hint = "") {
+  check_fe(g.validate(), "graph validation", hint);
+  check_fe(g.build_operation_graph(handle), "building the operation graph", hint);
+  check_fe(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "creating execution plans",
+           hint);
+  check_fe(g.check_support(handle), "support check (this cuDNN has no engine for the shape)", hint);
   check_fe(g.build_plans(handle, autotune ? fe::BuildPlanPolicy_t::ALL : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
-           "building plans");
+           "building plans", hint);
 }
 
 std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cudnnHandle_t handle, bool autotune) {
@@ -204,7 +213,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cu
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, cudnnHandle_t handle, bool autotune) {
+std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, cudnnHandle_t handle, bool autotune,
+                                                 bool deterministic) {
   auto g = new_graph();
   auto q = activation(*g, "q", kQ, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_q", kOffsetQ, s.seqs));
   auto k = activation(*g, "k", kK, s.k_dim(), s.k_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
@@ -225,6 +235,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, c
                      .set_seq_len_q(seq_lens(*g, "seq_len_q", kSeqLenQ, s.seqs))
                      .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs));
   if (s.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT).set_diagonal_band_right_bound(0);
+  if (deterministic) options.set_deterministic_algorithm(true);
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
   dq->set_output(true)
       .set_uid(kDQ)
@@ -241,19 +252,25 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, c
       .set_dim(s.v_dim())
       .set_stride(s.v_stride())
       .set_ragged_offset(ragged_offsets(*g, "offset_dv", kOffsetDV, s.seqs));
-  build(*g, handle, autotune);
+  build(*g, handle, autotune,
+        deterministic ? " (backend.deterministic=true asked for cuDNN's deterministic attention backward; "
+                        "set backend.deterministic=false to train this shape with the default one)"
+                      : "");
   return g;
 }
 
 std::shared_ptr<CachedGraph> cached_graph(bool backward, const Shape4& s, float scale, cudnnHandle_t handle) {
   const bool autotune = autotune_selected();
+  // The forward has no order-dependent sum: one graph serves both modes.
+  const bool deterministic = backward && ops::deterministic();
   const Key key{current_device(), backward, s.seqs, s.seqlen_q, s.seqlen_kv, s.heads_q, s.heads_kv, s.dim_qk,
-                s.dim_v, s.causal, scale, autotune};
+                s.dim_v, s.causal, scale, autotune, deterministic};
   std::lock_guard<std::mutex> lock(g_graphs_mutex);
   auto it = g_graphs.find(key);
   if (it == g_graphs.end()) {
     auto entry = std::make_shared<CachedGraph>();
-    entry->graph = backward ? backward_graph(s, scale, handle, autotune) : forward_graph(s, scale, handle, autotune);
+    entry->graph = backward ? backward_graph(s, scale, handle, autotune, deterministic)
+                            : forward_graph(s, scale, handle, autotune);
     entry->autotune = autotune;
     it = g_graphs.emplace(key, std::move(entry)).first;
   }

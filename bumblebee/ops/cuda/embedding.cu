@@ -4,11 +4,21 @@
 // tensor-parallel rank: forward writes zeros for them and backward skips them.
 // Backward adds into the fp32 gradient with atomics, because repeated tokens
 // hit the same row; the adds of different tokens to one row rarely collide.
+// Their order varies from run to run, so under deterministic mode
+// (backend.deterministic, ops/deterministic.h) backward instead sorts the
+// rows by id (a stable radix sort, as moe_permute.cu) and one thread per
+// column of each id sums that id's rows in row order: the same bits on every
+// run, at the price of the sort and of a serial sum over a much-repeated id.
 //
 // Forward takes the weight's dtype (TW) apart from out's (TO): a bfloat16
 // table can fill a float32 residual stream, each row converted exactly.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <limits>
+
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/deterministic.h"
 
 namespace bb::cuda {
 namespace {
@@ -76,6 +86,37 @@ __global__ void embedding_backward_kernel(const T* __restrict__ grad_out, const 
   }
 }
 
+// Sort keys: the row's local id, or vocab_local for an id of another rank,
+// so those rows sort after every local id's and are skipped.
+template <typename I>
+__global__ void embedding_keys_kernel(const I* __restrict__ ids, int64_t vocab_start, int64_t vocab_local,
+                                      int64_t rows, int32_t* __restrict__ keys, int32_t* __restrict__ row_ids) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t local = int64_t(ids[i]) - vocab_start;
+    keys[i] = (local >= 0 && local < vocab_local) ? int32_t(local) : int32_t(vocab_local);
+    row_ids[i] = int32_t(i);
+  }
+}
+
+// One thread per (sorted position p, column): the thread at the first
+// position of an id's run sums the run's rows in order and adds the sum to
+// the id's gradient row, which no other thread touches.
+template <typename T>
+__global__ void embedding_backward_sorted_kernel(const T* __restrict__ grad_out, const int32_t* __restrict__ keys,
+                                                 const int32_t* __restrict__ sorted_rows, int64_t vocab_local,
+                                                 int64_t hidden, int64_t rows, float* __restrict__ grad_weight) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * hidden;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t p = i / hidden, col = i % hidden;
+    const int32_t key = keys[p];
+    if (key == vocab_local || (p > 0 && keys[p - 1] == key)) continue;
+    float sum = 0.f;
+    for (int64_t q = p; q < rows && keys[q] == key; ++q)
+      sum += to_float(grad_out[int64_t(sorted_rows[q]) * hidden + col]);
+    grad_weight[int64_t(key) * hidden + col] += sum;
+  }
+}
+
 // weight and out share a dtype (bfloat16 or float32), or a bfloat16 weight
 // fills a float32 out.
 void check_weight_out_dtypes(DType weight, DType out, const char* op) {
@@ -90,6 +131,43 @@ template <typename F>
 void dispatch_weight_out(DType weight, DType out, const char* op, F&& f) {
   if (weight == DType::BF16 && out == DType::F32) f(bf16{}, float{});
   else dispatch_activation(weight, op, [&](auto tag) { f(tag, tag); });
+}
+
+// The sorted backward of deterministic mode; rows * hidden > 0.
+void embedding_backward_deterministic(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start,
+                                      Tensor& grad_weight, cudaStream_t stream) {
+  const char* op = "embedding_backward (deterministic)";
+  const int64_t vocab_local = grad_weight.size(0), hidden = grad_weight.size(1), rows = ids.size(0);
+  BB_CHECK(rows < std::numeric_limits<int32_t>::max() && vocab_local < std::numeric_limits<int32_t>::max(), op,
+           ": the sort indexes rows and ids with int32, got ", rows, " rows and ", vocab_local, " ids");
+  const Device dev = grad_out.device();
+  Tensor keys = Tensor::empty({rows}, DType::I32, dev), row_ids = Tensor::empty({rows}, DType::I32, dev);
+  Tensor sorted_keys = Tensor::empty({rows}, DType::I32, dev), sorted_rows = Tensor::empty({rows}, DType::I32, dev);
+  dispatch_index(ids.dtype(), op, [&](auto itag) {
+    using I = decltype(itag);
+    embedding_keys_kernel<<<grid_for(rows, kThreads), kThreads, 0, stream>>>(
+        static_cast<const I*>(ids.raw()), vocab_start, vocab_local, rows, keys.data<int32_t>(),
+        row_ids.data<int32_t>());
+  });
+  CUDA_CHECK_LAUNCH(op);
+  // Keys lie in [0, vocab_local]: sort only the bits that can be set.
+  int end_bit = 1;
+  while (end_bit < 31 && (int64_t(1) << end_bit) <= vocab_local) ++end_bit;
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys.data<int32_t>(), sorted_keys.data<int32_t>(),
+                                             row_ids.data<int32_t>(), sorted_rows.data<int32_t>(), rows, 0, end_bit,
+                                             stream));
+  Tensor temp = Tensor::empty({int64_t(temp_bytes)}, DType::U8, dev);
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw(), temp_bytes, keys.data<int32_t>(),
+                                             sorted_keys.data<int32_t>(), row_ids.data<int32_t>(),
+                                             sorted_rows.data<int32_t>(), rows, 0, end_bit, stream));
+  dispatch_activation(grad_out.dtype(), op, [&](auto gtag) {
+    using T = decltype(gtag);
+    embedding_backward_sorted_kernel<<<grid_for(rows * hidden, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(grad_out.raw()), sorted_keys.data<int32_t>(), sorted_rows.data<int32_t>(),
+        vocab_local, hidden, rows, static_cast<float*>(grad_weight.raw()));
+  });
+  CUDA_CHECK_LAUNCH(op);
 }
 
 }  // namespace
@@ -140,6 +218,10 @@ void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab
   if (rows * hidden == 0) return;
   DeviceGuard guard(grad_out.device().index);
   cudaStream_t stream = current_stream();
+  if (ops::deterministic()) {
+    embedding_backward_deterministic(grad_out, ids, vocab_start, grad_weight, stream);
+    return;
+  }
   dispatch_activation(grad_out.dtype(), op, [&](auto gtag) {
     using T = decltype(gtag);
     dispatch_index(ids.dtype(), op, [&](auto itag) {
