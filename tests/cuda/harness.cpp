@@ -1,6 +1,7 @@
 // Paired CPU/CUDA tensors, poisoning and error measures for bb_cuda_ops.
 #include "tests/cuda/harness.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -111,6 +112,38 @@ std::string fmt(const char* format, ...) {
   std::vsnprintf(buf, sizeof(buf), format, args);
   va_end(args);
   return buf;
+}
+
+std::string head_dims(int64_t head_dim_qk, int64_t head_dim_v) {
+  return head_dim_v == head_dim_qk ? fmt("D=%lld", (long long)head_dim_qk)
+                                   : fmt("D=%lld/%lld", (long long)head_dim_qk, (long long)head_dim_v);
+}
+
+int64_t AttentionShape::tokens() const {
+  int64_t t = 0;
+  for (int64_t l : seqlens) t += l;
+  return t;
+}
+
+int64_t AttentionShape::max_seqlen() const {
+  int64_t m = 0;
+  for (int64_t l : seqlens) m = std::max(m, l);
+  return m;
+}
+
+std::vector<double> AttentionShape::cu_seqlens() const {
+  std::vector<double> cu{0.0};
+  for (int64_t l : seqlens) cu.push_back(cu.back() + double(l));
+  return cu;
+}
+
+double AttentionShape::scale() const { return 1.0 / std::sqrt(double(head_dim)); }
+
+std::string attention_shape(const AttentionShape& a) {
+  std::string lens;
+  for (int64_t l : a.seqlens) lens += (lens.empty() ? "" : ",") + std::to_string(l);
+  return fmt("seqs=[%s] Hq=%lld Hkv=%lld %s", lens.c_str(), (long long)a.heads_q, (long long)a.heads_kv,
+             head_dims(a.head_dim, a.dv()).c_str());
 }
 
 }  // namespace bb::harness

@@ -65,6 +65,24 @@ class EnvOverride {
 
 std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
+// "D=128", or "D=192/128" for a v head dim other than the q/k one (multi-head
+// latent attention).
+std::string head_dims(int64_t head_dim_qk, int64_t head_dim_v);
+
+// One attention case's packed (THD) sequences and heads.
+struct AttentionShape {
+  std::vector<int64_t> seqlens;
+  int64_t heads_q, heads_kv, head_dim;
+  int64_t head_dim_v = 0;   // 0: the q/k head dim
+  int64_t dv() const { return head_dim_v ? head_dim_v : head_dim; }
+  int64_t tokens() const;
+  int64_t max_seqlen() const;
+  std::vector<double> cu_seqlens() const;   // 0, then each sequence's end (for index_pair)
+  double scale() const;                     // 1 / sqrt(head_dim)
+};
+// "seqs=[4096,4096] Hq=32 Hkv=4 D=128": the label of a shape.
+std::string attention_shape(const AttentionShape& a);
+
 // The deterministic-mode cases (test_backend_ops_determinism.cpp): ops run
 // twice on the same inputs must agree bit for bit.
 void determinism_cases(std::vector<Case>& cases);

@@ -715,27 +715,6 @@ void adamw_cases(std::vector<Case>& cases) {
   }
 }
 
-// "D=128", or "D=192/128" for a v head dim other than the q/k one (multi-head
-// latent attention).
-std::string head_dims(int64_t head_dim_qk, int64_t head_dim_v) {
-  return head_dim_v == head_dim_qk ? fmt("D=%lld", (long long)head_dim_qk)
-                                   : fmt("D=%lld/%lld", (long long)head_dim_qk, (long long)head_dim_v);
-}
-
-struct AttentionShape {
-  std::vector<int64_t> seqlens;
-  int64_t heads_q, heads_kv, head_dim;
-  int64_t head_dim_v = 0;   // 0: the q/k head dim
-  int64_t dv() const { return head_dim_v ? head_dim_v : head_dim; }
-};
-
-std::string attention_shape(const AttentionShape& a) {
-  std::string lens;
-  for (int64_t l : a.seqlens) lens += (lens.empty() ? "" : ",") + std::to_string(l);
-  return fmt("seqs=[%s] Hq=%lld Hkv=%lld %s", lens.c_str(), (long long)a.heads_q, (long long)a.heads_kv,
-             head_dims(a.head_dim, a.dv()).c_str());
-}
-
 // The same values as `p.gpu` in a view that starts 2 bytes past the start of
 // its allocation, so not on a 16-byte boundary (the pool's blocks are).
 Pair unaligned_view(const Pair& p) {
@@ -752,14 +731,9 @@ Pair unaligned_view(const Pair& p) {
 void add_attention_backward_case(std::vector<Case>& cases, const std::string& backend, const std::string& label,
                                  const AttentionShape& a, bool unaligned, const std::string& gqa_expand,
                                  bool autotune = false) {
-  std::vector<double> cu{0.0};
-  int64_t max_seqlen = 0;
-  for (int64_t l : a.seqlens) {
-    cu.push_back(cu.back() + double(l));
-    max_seqlen = std::max(max_seqlen, l);
-  }
-  const int64_t tokens = int64_t(cu.back());
-  const double scale = 1.0 / std::sqrt(double(a.head_dim));
+  const std::vector<double> cu = a.cu_seqlens();
+  const int64_t max_seqlen = a.max_seqlen(), tokens = a.tokens();
+  const double scale = a.scale();
   const Shape q_shape{tokens, a.heads_q, a.head_dim}, k_shape{tokens, a.heads_kv, a.head_dim};
   const Shape v_shape{tokens, a.heads_kv, a.dv()}, out_shape{tokens, a.heads_q, a.dv()};
   const std::string shape = attention_shape(a) + (unaligned ? " unaligned" : "");
@@ -798,14 +772,9 @@ void add_attention_backward_case(std::vector<Case>& cases, const std::string& ba
 // `autotune`, under BB_CUDNN_ATTENTION_AUTOTUNE=1 (" autotune" in the name).
 void add_attention_cases(std::vector<Case>& cases, const std::string& backend, const std::string& label,
                          const AttentionShape& a, bool unaligned, bool autotune = false) {
-  std::vector<double> cu{0.0};
-  int64_t max_seqlen = 0;
-  for (int64_t l : a.seqlens) {
-    cu.push_back(cu.back() + double(l));
-    max_seqlen = std::max(max_seqlen, l);
-  }
-  const int64_t tokens = int64_t(cu.back());
-  const double scale = 1.0 / std::sqrt(double(a.head_dim));
+  const std::vector<double> cu = a.cu_seqlens();
+  const int64_t max_seqlen = a.max_seqlen(), tokens = a.tokens();
+  const double scale = a.scale();
   const Shape q_shape{tokens, a.heads_q, a.head_dim}, k_shape{tokens, a.heads_kv, a.head_dim};
   const Shape v_shape{tokens, a.heads_kv, a.dv()}, out_shape{tokens, a.heads_q, a.dv()};
   const std::string shape = attention_shape(a) + (unaligned ? " unaligned" : "");

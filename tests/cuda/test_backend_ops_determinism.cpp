@@ -107,29 +107,12 @@ void embedding_cases(std::vector<Case>& cases) {
   }
 }
 
-struct AttentionShape {
-  std::vector<int64_t> seqlens;
-  int64_t heads_q, heads_kv, head_dim;
-};
-
-std::string attention_shape(const AttentionShape& a) {
-  std::string lens;
-  for (int64_t l : a.seqlens) lens += (lens.empty() ? "" : ",") + std::to_string(l);
-  return fmt("seqs=[%s] Hq=%lld Hkv=%lld D=%lld", lens.c_str(), (long long)a.heads_q, (long long)a.heads_kv,
-             (long long)a.head_dim);
-}
-
 // Under BB_ATTENTION_BACKEND=cudnn and deterministic mode: the CPU
 // comparison and two runs' bitwise agreement of dq, dk and dv.
 void add_cudnn_case(std::vector<Case>& cases, const AttentionShape& a) {
-  std::vector<double> cu{0.0};
-  int64_t max_seqlen = 0;
-  for (int64_t l : a.seqlens) {
-    cu.push_back(cu.back() + double(l));
-    max_seqlen = std::max(max_seqlen, l);
-  }
-  const int64_t tokens = int64_t(cu.back());
-  const double scale = 1.0 / std::sqrt(double(a.head_dim));
+  const std::vector<double> cu = a.cu_seqlens();
+  const int64_t max_seqlen = a.max_seqlen(), tokens = a.tokens();
+  const double scale = a.scale();
   const Shape q_shape{tokens, a.heads_q, a.head_dim}, kv_shape{tokens, a.heads_kv, a.head_dim};
   cases.push_back({"attention_backward[cudnn deterministic]", attention_shape(a), [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", "cudnn");
