@@ -12,12 +12,12 @@
 //
 // Forward takes the weight's dtype (TW) apart from out's (TO): a bfloat16
 // table can fill a float32 residual stream, each row converted exactly.
-#include <cub/device/device_radix_sort.cuh>
 
 #include <limits>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/radix_sort.cuh"
 #include "bumblebee/ops/deterministic.h"
 
 namespace bb::cuda {
@@ -150,17 +150,7 @@ void embedding_backward_deterministic(const Tensor& grad_out, const Tensor& ids,
         row_ids.data<int32_t>());
   });
   CUDA_CHECK_LAUNCH(op);
-  // Keys lie in [0, vocab_local]: sort only the bits that can be set.
-  int end_bit = 1;
-  while (end_bit < 31 && (int64_t(1) << end_bit) <= vocab_local) ++end_bit;
-  size_t temp_bytes = 0;
-  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys.data<int32_t>(), sorted_keys.data<int32_t>(),
-                                             row_ids.data<int32_t>(), sorted_rows.data<int32_t>(), rows, 0, end_bit,
-                                             stream));
-  Tensor temp = Tensor::empty({int64_t(temp_bytes)}, DType::U8, dev);
-  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw(), temp_bytes, keys.data<int32_t>(),
-                                             sorted_keys.data<int32_t>(), row_ids.data<int32_t>(),
-                                             sorted_rows.data<int32_t>(), rows, 0, end_bit, stream));
+  sort_pairs_by_key(keys, row_ids, rows, vocab_local, sorted_keys, sorted_rows, stream);
   dispatch_activation(grad_out.dtype(), op, [&](auto gtag) {
     using T = decltype(gtag);
     embedding_backward_sorted_kernel<<<grid_for(rows * hidden, kThreads), kThreads, 0, stream>>>(

@@ -12,13 +12,13 @@
 // token's row on its own (32 rows per warp load, 512 bytes apart) and ran
 // its k passes over E serially: 0.44 ms for 8192 x 128. All statistics are
 // fp32.
-#include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 #include <limits>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/radix_sort.cuh"
 
 namespace bb::cuda {
 namespace {
@@ -376,17 +376,7 @@ void moe_sort_rows(const Tensor& experts, int64_t num_experts, Tensor& token_of_
     sort_keys_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(experts.data<int64_t>(), tokens, k, num_experts,
                                                                       keys.data<int32_t>(), values.data<int32_t>());
     CUDA_CHECK_LAUNCH(op);
-    // Keys lie in [0, E]: sort only the bits that can be set.
-    int end_bit = 1;
-    while (end_bit < 31 && (int64_t(1) << end_bit) <= num_experts) ++end_bit;
-    size_t temp_bytes = 0;
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys.data<int32_t>(), sorted_keys.data<int32_t>(),
-                                               values.data<int32_t>(), sorted_values.data<int32_t>(), n, 0, end_bit,
-                                               stream));
-    Tensor temp = Tensor::empty({int64_t(temp_bytes)}, DType::U8, dev);
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw(), temp_bytes, keys.data<int32_t>(),
-                                               sorted_keys.data<int32_t>(), values.data<int32_t>(),
-                                               sorted_values.data<int32_t>(), n, 0, end_bit, stream));
+    sort_pairs_by_key(keys, values, n, num_experts, sorted_keys, sorted_values, stream);
     decode_rows_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(
         sorted_values.data<int32_t>(), n, tokens, token_of_row.data<int64_t>(), slot_of_row.data<int64_t>());
     CUDA_CHECK_LAUNCH(op);
