@@ -86,13 +86,16 @@ class ImportMemory : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
-  // bb-convert hf_to_bb at `ranks` with `layout`; its JSON line.
+  // bb-convert hf_to_bb at `ranks` with `layout`; its JSON line. The progress
+  // bar (stderr) goes to a file of its own: mpirun forwards both streams
+  // through one pipe, and a bar update can land inside the JSON line.
   static json import(int ranks, const std::string& layout, const std::string& out) {
+    const fs::path progress = root_ / (out + ".progress");
     std::string cmd = test::tool("bb-convert") + " hf_to_bb in=" + (root_ / "hf").string() + " out=" +
                       (root_ / out).string() + " " + layout;
     if (ranks > 1) cmd = test::mpirun(ranks) + cmd;
-    const test::ToolResult r = test::run_command(cmd, 300);
-    EXPECT_EQ(r.code, 0) << cmd << "\n" << r.out;
+    const test::ToolResult r = test::run_command(cmd + " 2>" + progress.string(), 300);
+    EXPECT_EQ(r.code, 0) << cmd << "\n" << r.out << test::read_bytes(progress);
     std::cout << r.out.substr(r.out.find("rank ") == std::string::npos ? 0 : r.out.find("rank ")) << std::endl;
     fs::remove_all(root_ / out);
     return test::last_json_line(r.out);

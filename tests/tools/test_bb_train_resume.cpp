@@ -29,11 +29,6 @@ test::ToolResult train(const std::string& out, const std::string& extra) {
       "output.dir=" + out + " " + extra);
 }
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 // Every train record of metrics.jsonl: step -> losses logged for it (more than one: logged twice).
 std::map<int64_t, std::vector<double>> train_losses(const std::string& out) {
   std::map<int64_t, std::vector<double>> losses;
@@ -64,7 +59,7 @@ int event_files(const std::string& out) {
 
 // The points of the train curve (the first polyline) of loss.svg.
 size_t plotted_train_points(const std::string& out) {
-  const std::string svg = read_bytes(out + "/loss.svg");
+  const std::string svg = test::read_bytes(out + "/loss.svg");
   const size_t at = svg.find("points=\"", svg.find("<polyline"));
   const std::string pts = svg.substr(at + 8, svg.find('"', at + 8) - at - 8);
   return size_t(std::count(pts.begin(), pts.end(), ','));
@@ -105,7 +100,7 @@ std::map<std::string, std::string> logs_of(const std::string& out) {
   std::map<std::string, std::string> files;
   for (const auto& e : fs::recursive_directory_iterator(out)) {
     const std::string rel = fs::relative(e.path(), out).generic_string();
-    if (e.is_regular_file() && !rel.starts_with("checkpoint")) files[rel] = read_bytes(e.path());
+    if (e.is_regular_file() && !rel.starts_with("checkpoint")) files[rel] = test::read_bytes(e.path());
   }
   return files;
 }
@@ -126,7 +121,7 @@ TEST(BBTrainResume, AFailedRunLeavesTheEarlierLogsAndCheckpoint) {
   ASSERT_TRUE(before.contains("metrics.jsonl"));
   ASSERT_TRUE(before.contains("loss.svg"));
   auto flip = [](const std::string& path) {
-    std::string s = read_bytes(path);
+    std::string s = test::read_bytes(path);
     s[s.size() / 2] = char(s[s.size() / 2] ^ 0xFF);
     std::ofstream(path, std::ios::binary) << s;
   };
@@ -148,14 +143,14 @@ TEST(BBTrainResume, AFailedRunLeavesTheEarlierLogsAndCheckpoint) {
     fs::remove_all(ck);
     fs::copy(pristine, ck, fs::copy_options::recursive);
     if (row.damage) row.damage(ck);
-    const std::string damaged = read_bytes(ck + "/manifest.json");
+    const std::string damaged = test::read_bytes(ck + "/manifest.json");
     const test::ToolResult r = train(out, "train.steps=6 train.resume=true " + row.extra);
     SCOPED_TRACE(std::string(row.name) + ": " + r.out);
     EXPECT_EQ(r.code, 1);
     for (const std::string& w : row.words) EXPECT_NE(r.out.find(w), std::string::npos) << w;
     EXPECT_TRUE(logs_of(out) == before);
     EXPECT_TRUE(fs::exists(ck + "/manifest.json"));
-    EXPECT_EQ(read_bytes(ck + "/manifest.json"), damaged);
+    EXPECT_EQ(test::read_bytes(ck + "/manifest.json"), damaged);
   }
   fs::remove_all(base);
 }

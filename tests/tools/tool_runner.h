@@ -8,6 +8,8 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +45,12 @@ inline nlohmann::json last_json_line(const std::string& out) {
   start = start == std::string::npos ? 0 : start + 1;
   const size_t end = out.find('\n', start);
   return nlohmann::json::parse(out.substr(start, end == std::string::npos ? std::string::npos : end - start));
+}
+
+// A file's bytes ("" when it does not exist).
+inline std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 inline std::string tool(const std::string& name) { return std::string(BB_BINARY_DIR) + "/bin/" + name; }
