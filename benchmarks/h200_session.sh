@@ -5,7 +5,8 @@
 #   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py; PERF_SDPA=0 skips it)
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers
 #   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096; BENCH_MODELS picks);
-#             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op
+#             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op;
+#             BENCH_VARIANTS="base NAME ..." runs each with BENCH_ARGS_NAME's extra keys (also moe_bench)
 #   longctx   long context on one GPU: the Qwen3-1.7B architecture, one sequence per step, at seq 32768 and
 #             65536 (LONGCTX_SEQS) with recompute (LONGCTX_MODES: mode[:modules], e.g. selective:core_attn,mlp),
 #             then HF transformers with activation checkpointing at the longest of LONGCTX_HF_SEQS that fits
@@ -140,6 +141,10 @@ record_json() {  # FILE RUNNER: FILE's JSON object as one line, with "runner" ad
   python3 -c "import json, sys; o = json.load(open(sys.argv[1])); o['runner'] = sys.argv[2]; print(json.dumps(o))" \
     "$1" "$2" >> "$results" 2>/dev/null || echo "no JSON in $1"
 }
+# Bench variants (BENCH_VARIANTS="base NAME ..."): variant NAME adds the keys of
+# BENCH_ARGS_NAME (space-separated key=value) to bench and moe_bench; base adds none.
+variant_args() { local a=BENCH_ARGS_$1; echo "${!a:-}"; }
+variant_suffix() { [ "$1" = base ] || echo "_$1"; }
 
 for stage in $stages; do
   echo "== $stage"
@@ -215,23 +220,30 @@ PY
     bench)
       for m in ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b}; do
         for rc in ${BB_RECOMPUTE:-none}; do
-          timeout 300 $bin/bb-bench hf_path=configs/$m backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 \
-            bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 backend.recompute=$rc \
-            bench.profile_steps=${BENCH_PROFILE:-0} output_json="$LOGS/bench_${m}_$rc.json" > "$LOGS/bench_${m}_$rc.log" 2>&1
-          grep -E "^step" "$LOGS/bench_${m}_$rc.log" | tail -2; grep -A25 "^profile over" "$LOGS/bench_${m}_$rc.log"
-          tail -1 "$LOGS/bench_${m}_$rc.log"
-          record_json "$LOGS/bench_${m}_$rc.json" bb
+          for v in ${BENCH_VARIANTS:-base}; do
+            n=${m}_${rc}$(variant_suffix $v)
+            timeout 300 $bin/bb-bench hf_path=configs/$m backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 \
+              bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 backend.recompute=$rc \
+              bench.profile_steps=${BENCH_PROFILE:-0} $(variant_args $v) output_json="$LOGS/bench_$n.json" > "$LOGS/bench_$n.log" 2>&1
+            echo "bench $n $(variant_args $v)"
+            grep -E "^step" "$LOGS/bench_$n.log" | tail -2; grep -A25 "^profile over" "$LOGS/bench_$n.log"
+            grep -E "^memory" "$LOGS/bench_$n.log"; tail -1 "$LOGS/bench_$n.log"
+            record_json "$LOGS/bench_$n.json" bb
+          done
         done
       done ;;
     moe_bench)
-      m=qwen3-30b-a3b_${MOE_LAYERS:-4}l
-      timeout 400 $bin/bb-bench hf_path=configs/qwen3-30b-a3b backend.device=cuda bench.truncate_layers=${MOE_LAYERS:-4} \
-        bench.seq_len=4096 bench.micro_batch_size=2 \
-        bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 bench.profile_steps=${BENCH_PROFILE:-0} \
-        output_json="$LOGS/bench_$m.json" > "$LOGS/bench_$m.log" 2>&1
-      grep -E "^step" "$LOGS/bench_$m.log" | tail -2; grep -A40 "^profile over" "$LOGS/bench_$m.log"
-      tail -1 "$LOGS/bench_$m.log"
-      record_json "$LOGS/bench_$m.json" bb ;;
+      for v in ${BENCH_VARIANTS:-base}; do
+        m=qwen3-30b-a3b_${MOE_LAYERS:-4}l$(variant_suffix $v)
+        timeout 400 $bin/bb-bench hf_path=configs/qwen3-30b-a3b backend.device=cuda bench.truncate_layers=${MOE_LAYERS:-4} \
+          bench.seq_len=4096 bench.micro_batch_size=2 \
+          bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 bench.profile_steps=${BENCH_PROFILE:-0} \
+          $(variant_args $v) output_json="$LOGS/bench_$m.json" > "$LOGS/bench_$m.log" 2>&1
+        echo "moe_bench $m $(variant_args $v)"
+        grep -E "^step" "$LOGS/bench_$m.log" | tail -2; grep -A40 "^profile over" "$LOGS/bench_$m.log"
+        grep -E "^memory" "$LOGS/bench_$m.log"; tail -1 "$LOGS/bench_$m.log"
+        record_json "$LOGS/bench_$m.json" bb
+      done ;;
     peers)
       site=/tmp/torchtitan_site
       ls .whl/torchtitan-*.whl > /dev/null 2>&1 &&
