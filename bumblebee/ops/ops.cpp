@@ -729,6 +729,26 @@ void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Ten
   BB_DISPATCH_CUDA(logits_sumexp_target, logits, row_max, labels, vocab_start, sumexp, target_logit);
 }
 
+void logits_softmax_stats(const Tensor& logits, const Tensor& labels, int64_t vocab_start, Tensor& row_max,
+                          Tensor& sumexp, Tensor& target_logit) {
+  const char* op = "logits_softmax_stats";
+  const Device dev = common_device(op, {{logits, "logits"}, {labels, "labels"}, {row_max, "row_max"},
+                                        {sumexp, "sumexp"}, {target_logit, "target_logit"}});
+  expect_dim(op, logits, "logits", 2);
+  const Shape rows{logits.size(0)};
+  expect_shape(op, labels, "labels", rows);
+  expect_index(op, labels, "labels");
+  expect_shape(op, row_max, "row_max", rows);
+  expect_shape(op, sumexp, "sumexp", rows);
+  expect_shape(op, target_logit, "target_logit", rows);
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(
+        op, {{logits, "logits"}, {row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"}});
+    BB_DISPATCH_CPU(logits_softmax_stats, logits, labels, vocab_start, row_max, sumexp, target_logit);
+  }
+  BB_DISPATCH_CUDA(logits_softmax_stats, logits, labels, vocab_start, row_max, sumexp, target_logit);
+}
+
 void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, Tensor& lse,
                         Tensor& loss) {
   const char* op = "cross_entropy_loss";

@@ -179,6 +179,14 @@ void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Ten
 void logits_row_max(const Tensor& logits, Tensor& row_max);
 void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Tensor& labels, int64_t vocab_start,
                           Tensor& sumexp, Tensor& target_logit);
+// The three statistics of one rank holding the whole vocabulary (tp = 1) in
+// one read of the logits: row_max, sumexp relative to it and target_logit,
+// as logits_row_max then logits_sumexp_target give them (same labels,
+// vocab_start and masking). CUDA keeps a running (max, sum) per thread and
+// merges them as sum_i s_i exp(m_i - M); the CPU runs the two ops in sequence.
+// With tp > 1 the group's max is needed before the sums, so the two ops stay.
+void logits_softmax_stats(const Tensor& logits, const Tensor& labels, int64_t vocab_start, Tensor& row_max,
+                          Tensor& sumexp, Tensor& target_logit);
 // dlogits = (softmax(logits) - onehot(label)) * dloss, with softmax = exp(logits - lse).
 // dlogits may alias logits.
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,

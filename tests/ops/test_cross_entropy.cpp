@@ -1,10 +1,12 @@
 // Tests of the vocab-parallel cross entropy pieces on the CPU: one shard
-// against a naive log-softmax, two shards combined equal to one, backward
-// against finite differences (also per shard and in place), and errors.
+// against a naive log-softmax, two shards combined equal to one, the one-pass
+// statistics equal to the two passes bit for bit, backward against finite
+// differences (also per shard and in place), and errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "bumblebee/ops/ops.h"
 #include "finite_difference.h"
@@ -116,6 +118,31 @@ TEST(OpsCrossEntropy, TwoShardsCombineToTheUnsplitResult) {
   }
 }
 
+// logits_softmax_stats is the two passes in sequence on the CPU: the same
+// bits, for a whole vocabulary and for a shard whose labels fall partly
+// outside it (or are masked), with int32 and int64 labels.
+TEST(OpsCrossEntropy, SoftmaxStatsEqualTheTwoPassesBitForBit) {
+  for (DType dt : {DType::F64, DType::F32}) {
+    for (DType label_dt : {DType::I64, DType::I32}) {
+      for (int64_t vocab_start : {int64_t(0), int64_t(4)}) {
+        Generator gen(95);
+        Tensor logits = test::random_tensor(gen, {kRows, kVocab}, dt, 3.0);
+        const Tensor lab = labels(label_dt);
+        Stats two(dt), one(dt);
+        ops::logits_row_max(logits, two.row_max);
+        ops::logits_sumexp_target(logits, two.row_max, lab, vocab_start, two.sumexp, two.target);
+        ops::logits_softmax_stats(logits, lab, vocab_start, one.row_max, one.sumexp, one.target);
+        const std::string where = std::string(dtype_name(dt)) + " labels " + dtype_name(label_dt) +
+                                  " vocab_start " + std::to_string(vocab_start);
+        EXPECT_EQ(one.row_max.to_doubles(), two.row_max.to_doubles()) << where;
+        EXPECT_EQ(one.sumexp.to_doubles(), two.sumexp.to_doubles()) << where;
+        EXPECT_EQ(one.target.to_doubles(), two.target.to_doubles()) << where;
+        if (vocab_start > 0) EXPECT_EQ(one.target.to_doubles()[0], 0.0) << where;  // label 3 lies below the shard
+      }
+    }
+  }
+}
+
 TEST(OpsCrossEntropy, BackwardMatchesFiniteDifferences) {
   Generator gen(94);
   Tensor logits = test::random_tensor(gen, {kRows, kVocab});
@@ -144,6 +171,9 @@ TEST(OpsCrossEntropy, RejectsBadShapesAndDtypes) {
   EXPECT_THROW(ops::logits_sumexp_target(logits, bad, labels(), 0, sumexp, target), Error);
   Tensor target32 = Tensor::zeros({kRows}, DType::F32);
   EXPECT_THROW(ops::logits_sumexp_target(logits, row_max, labels(), 0, sumexp, target32), Error);
+  EXPECT_THROW(ops::logits_softmax_stats(logits, labels(DType::F64), 0, row_max, sumexp, target), Error);
+  EXPECT_THROW(ops::logits_softmax_stats(logits, labels(), 0, bad, sumexp, target), Error);
+  EXPECT_THROW(ops::logits_softmax_stats(logits, labels(), 0, row_max, sumexp, target32), Error);
   Tensor dlogits_bad = Tensor::zeros({kRows, kVocab - 1}, DType::F64);
   EXPECT_THROW(ops::cross_entropy_backward(logits, labels(), 0, row_max, row_max, dlogits_bad), Error);
   Tensor lse = Tensor::zeros({kRows}, DType::F64);

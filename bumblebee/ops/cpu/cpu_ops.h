@@ -73,6 +73,8 @@ void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Ten
 void logits_row_max(const Tensor& logits, Tensor& row_max);
 void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Tensor& labels, int64_t vocab_start,
                           Tensor& sumexp, Tensor& target_logit);
+void logits_softmax_stats(const Tensor& logits, const Tensor& labels, int64_t vocab_start, Tensor& row_max,
+                          Tensor& sumexp, Tensor& target_logit);
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t vocab_start, const Tensor& lse,
                             const Tensor& dloss, Tensor& dlogits);
 void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, Tensor& lse,

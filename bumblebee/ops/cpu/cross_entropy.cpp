@@ -50,6 +50,14 @@ void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Ten
   });
 }
 
+// The two passes in sequence, so the CPU oracle's statistics are bit for bit
+// those of the two-op path.
+void logits_softmax_stats(const Tensor& logits, const Tensor& labels, int64_t vocab_start, Tensor& row_max,
+                          Tensor& sumexp, Tensor& target_logit) {
+  logits_row_max(logits, row_max);
+  logits_sumexp_target(logits, row_max, labels, vocab_start, sumexp, target_logit);
+}
+
 void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, Tensor& lse,
                         Tensor& loss) {
   visit_float(lse.dtype(), "cross_entropy_loss", [&](auto tag) {

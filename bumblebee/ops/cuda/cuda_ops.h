@@ -9,7 +9,8 @@
 // return a number to the host synchronise.
 //
 // defined in: gemm.cu, grouped_gemm.cu, elementwise.cu, column_gather.cu, reduce.cu, embedding.cu, rmsnorm.cu,
-// rope.cu, swiglu.cu, attention.cpp, cross_entropy.cu, entropy.cu, adamw.cu, moe_permute.cu, moe_router.cu
+// rope.cu, swiglu.cu, attention.cpp, cross_entropy.cu, softmax_stats.cu, entropy.cu, adamw.cu,
+// moe_permute.cu, moe_router.cu
 #pragma once
 
 #include <cstdint>
@@ -112,6 +113,10 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t 
 // lse = row_max + log(sumexp), loss = lse - target_logit; all [N] float32.
 void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, Tensor& lse,
                         Tensor& loss);
+
+// softmax_stats.cu. logits bfloat16 or float32; statistics float32.
+void logits_softmax_stats(const Tensor& logits, const Tensor& labels, int64_t vocab_start, Tensor& row_max,
+                          Tensor& sumexp, Tensor& target_logit);
 
 // adamw.cu. param, exp_avg, exp_avg_sq float32 (or all float64); grad float32
 // or bfloat16.

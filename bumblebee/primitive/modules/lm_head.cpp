@@ -43,10 +43,14 @@ Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dlo
     ops::matmul(h, false, w, true, logits, inv_temperature_, 0.0);
     Tensor row_max = Tensor::empty({n}, st, dev), sumexp = Tensor::empty({n}, st, dev);
     Tensor target = Tensor::empty({n}, st, dev), lse = Tensor::empty({n}, st, dev);
-    ops::logits_row_max(logits, row_max);
-    if (tp_->size() > 1) tp_->group().all_reduce(row_max, dist::ReduceOp::Max);
-    ops::logits_sumexp_target(logits, row_max, lab, weight_->shard_begin, sumexp, target);
-    if (tp_->size() > 1) {
+    if (tp_->size() == 1) {
+      // The whole vocabulary is here: one read of the logits gives all three.
+      ops::logits_softmax_stats(logits, lab, weight_->shard_begin, row_max, sumexp, target);
+    } else {
+      // The sums need the group's max first (partial sums would need rescaling).
+      ops::logits_row_max(logits, row_max);
+      tp_->group().all_reduce(row_max, dist::ReduceOp::Max);
+      ops::logits_sumexp_target(logits, row_max, lab, weight_->shard_begin, sumexp, target);
       tp_->group().all_reduce(sumexp);
       tp_->group().all_reduce(target);
     }

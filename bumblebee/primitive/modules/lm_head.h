@@ -3,7 +3,8 @@
 // Logits are never materialised for the whole microbatch: tokens are processed
 // in chunks (chunk_tokens each, or with 0 the fewest chunks of at most
 // kAutoChunkLogits logits, split evenly); for each chunk the head computes logits = h W^T / temperature on
-// its vocabulary shard, reduces the softmax statistics over the tp group, and
+// its vocabulary shard, reduces the softmax statistics over the tp group (with
+// tp = 1 they come from one read of the logits: ops::logits_softmax_stats), and
 // produces per-token loss (= -log p(label)). When the gradient of the loss with
 // respect to each token's loss is known up front (the built-in loss: the mask
 // divided by the token count) the head also computes dlogits, dh and dW in the
