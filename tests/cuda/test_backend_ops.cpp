@@ -723,6 +723,56 @@ Pair unaligned_view(const Pair& p) {
   return {view, p.cpu};
 }
 
+// The one-pass statistics (tp = 1) against the CPU's two passes: the vocabularies
+// of Qwen3 (151936) and DeepSeek-V3 (129280), a small one and a tiny one (7,
+// not a multiple of the 16-byte pack), both sides of the warp-per-row limit
+// (4096 / 4097), a shard whose targets lie partly outside it, and logits off
+// the 16-byte grid; N from 1 to 8192; bf16 and fp32 logits; every 7th row
+// masked. row_max and target_logit are single elements, so exact; sumexp is
+// an fp32 sum in another order with one extra rounding per rescale of the
+// running sum, within kF32Bound of the CPU's float64 sum.
+void softmax_stats_cases(std::vector<Case>& cases) {
+  struct Stats {
+    int64_t rows, vocab_local, vocab_start, vocab_total;
+    DType dt;
+    bool unaligned;
+  };
+  std::vector<Stats> shapes;
+  for (DType dt : {DType::BF16, DType::F32}) {
+    for (int64_t v : {int64_t(151936), int64_t(129280)})
+      for (int64_t n : {int64_t(1), int64_t(64)}) shapes.push_back({n, v, 0, v, dt, false});
+    for (int64_t v : {int64_t(1000), int64_t(7)})
+      for (int64_t n : {int64_t(1), int64_t(37), int64_t(8192)}) shapes.push_back({n, v, 0, v, dt, false});
+    shapes.push_back({9, 4096, 0, 4096, dt, false});
+    shapes.push_back({9, 4097, 0, 4097, dt, false});
+    shapes.push_back({16, 75968, 75968, 151936, dt, false});
+    shapes.push_back({5, 151936, 0, 151936, dt, true});
+    shapes.push_back({37, 1000, 0, 1000, dt, true});
+  }
+  for (const Stats c : shapes) {
+    std::string shape = fmt("N=%lld V_local=%lld vocab_start=%lld V=%lld %s%s", (long long)c.rows,
+                            (long long)c.vocab_local, (long long)c.vocab_start, (long long)c.vocab_total,
+                            short_name(c.dt), c.unaligned ? " unaligned" : "");
+    cases.push_back({"logits_softmax_stats", shape, [=](Generator& gen) {
+                       Pair logits = random_pair(gen, {c.rows, c.vocab_local}, c.dt, 3.0);
+                       if (c.unaligned) logits = unaligned_view(logits);
+                       std::vector<double> lab(size_t(c.rows));
+                       for (size_t i = 0; i < lab.size(); ++i)
+                         lab[i] = i % 7 == 3 ? -100.0 : double(int64_t(gen.uniform() * double(c.vocab_total)));
+                       Pair labels = index_pair(lab, DType::I64);
+                       Pair row_max = output_pair({c.rows}, DType::F32), sumexp = output_pair({c.rows}, DType::F32),
+                            target = output_pair({c.rows}, DType::F32);
+                       cuda::logits_softmax_stats(logits.gpu, labels.gpu, c.vocab_start, row_max.gpu, sumexp.gpu,
+                                                  target.gpu);
+                       ops::logits_softmax_stats(logits.cpu, labels.cpu, c.vocab_start, row_max.cpu, sumexp.cpu,
+                                                 target.cpu);
+                       return std::vector<Check>{compare("row_max", row_max, 0.0),
+                                                 compare("sumexp", sumexp, kF32Bound),
+                                                 compare("target_logit", target, 0.0)};
+                     }});
+  }
+}
+
 // The backward case for one shape, run under BB_ATTENTION_BACKEND=`backend`
 // and named attention_backward[`label`]; with `unaligned`, every bf16 tensor
 // is a view off the 16-byte grid. A non-empty `gqa_expand` runs it under
@@ -1271,6 +1321,7 @@ std::vector<Case> all_cases() {
   rope_cases(cases);
   swiglu_cases(cases);
   cross_entropy_cases(cases);
+  softmax_stats_cases(cases);
   attention_merge_cases(cases);
   adamw_cases(cases);
   attention_cases(cases);

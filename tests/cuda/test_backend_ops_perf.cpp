@@ -276,6 +276,27 @@ void perf_memory_bound() {
                  2.0 * bytes);
   }
   {
+    // One LM-head chunk of the dense bench at tp = 1: the one-pass statistics
+    // against the two passes they replace, on the same logits.
+    const int64_t n = 4096;
+    Tensor logits = random_gpu({n, vocab}, DType::BF16, 18, -5.f, 5.f);
+    std::vector<int64_t> lab(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) lab[size_t(i)] = (i * 7919) % vocab;
+    Tensor labels = index_gpu(lab, DType::I64);
+    Tensor row_max = Tensor::empty({n}, DType::F32, kGpu), sumexp = Tensor::empty({n}, DType::F32, kGpu),
+           target = Tensor::empty({n}, DType::F32, kGpu);
+    const double bytes = double(n) * double(vocab) * 2.0;
+    report_bytes("logits_softmax_stats 4096 x 151936 bf16 (one read)", median_ms([&] {
+                   cuda::logits_softmax_stats(logits, labels, 0, row_max, sumexp, target);
+                 }),
+                 bytes);
+    report_bytes("row_max + sumexp_target 4096 x 151936 bf16 (two reads)", median_ms([&] {
+                   cuda::logits_row_max(logits, row_max);
+                   cuda::logits_sumexp_target(logits, row_max, labels, 0, sumexp, target);
+                 }),
+                 2.0 * bytes);
+  }
+  {
     const int64_t n = int64_t(256) << 20;
     Tensor p = random_gpu({n}, DType::F32, 15), g = random_gpu({n}, DType::F32, 16);
     Tensor m = Tensor::zeros({n}, DType::F32, kGpu), v = Tensor::zeros({n}, DType::F32, kGpu);
