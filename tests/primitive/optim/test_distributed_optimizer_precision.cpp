@@ -54,6 +54,7 @@ TEST(OptimizerPrecision, Bf16MomentsAndBf16MainParamsStepAsTheOpOnTheirBuffers) 
   Tensor p = g.group->flat_params().to(DType::BF16).to(DType::F32).to(DType::BF16);
   Tensor ma = Tensor::zeros({p.numel()}, DType::BF16), va = Tensor::zeros({p.numel()}, DType::BF16);
   for (int step = 1; step <= 3; ++step) {
+    opt.invalidate_grads();
     m.set_grads(step);
     for (Parameter& prm : m.store.params()) opt.grad_ready(prm);
     const OptimizerStepResult r = opt.step(1e-2);
