@@ -284,7 +284,14 @@ void moe_router_z_loss_backward(const Tensor& logits, const Tensor& lse, double 
 // One AdamW step with torch.optim.AdamW semantics over a flat buffer:
 //   p -= lr * wd * p;  g' = g * grad_scale;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
 //   p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
-// param, exp_avg, exp_avg_sq share a dtype (float32/float64); grad may be float32.
+// Storage (optimizer.exp_avg_dtype, ..._sq_dtype, main_grads_dtype,
+// main_params_dtype): with a float64 param every tensor is float64 (the CUDA
+// grad may be float32); with a float32 or bfloat16 param, grad, exp_avg and
+// exp_avg_sq are each float32 or bfloat16. The update computes in float64
+// for a float64 param, else in float32 registers, and rounds each stored
+// value to its tensor's dtype once, on store (bfloat16: round to nearest
+// even); the update itself uses the unrounded moments, as Transformer
+// Engine's FusedAdam does. All-float32 and all-float64 are as before.
 struct AdamWParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   int64_t step = 1;           // 1-based, after increment

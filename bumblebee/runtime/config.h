@@ -38,6 +38,14 @@ struct OptimizerConfig {
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
   double offload_fraction = 0.0;
+  // Megatron's precision-aware optimizer (docs/training.md, "Optimizer
+  // precision"): the storage dtype, fp32 or bf16, of the Adam moments, of the
+  // gradient buffers backward accumulates into and dp reduces, and of the
+  // weights AdamW updates (bf16: the bf16 parameters are their own master).
+  std::string exp_avg_dtype = "fp32";
+  std::string exp_avg_sq_dtype = "fp32";
+  std::string main_grads_dtype = "fp32";
+  std::string main_params_dtype = "fp32";
   // Elements per data-parallel gradient bucket (Megatron's default 40M):
   // each bucket's reduce-scatter starts as soon as backward has finished it.
   int64_t grad_bucket_size = 40000000;

@@ -283,6 +283,22 @@ void ConfigSchema::add_runtime_keys() {
           "fraction of the optimizer state (fp32 master, Adam moments) kept and stepped on the host",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).offload_fraction = v; })
           .in_float_range(0.0, 1.0));
+  add(key("optimizer.exp_avg_dtype", g, T::String, o.exp_avg_dtype,
+          "storage dtype of Adam's first moment (AdamW computes in fp32 and rounds on store)",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).exp_avg_dtype = v; })
+          .one_of({"fp32", "bf16"}));
+  add(key("optimizer.exp_avg_sq_dtype", g, T::String, o.exp_avg_sq_dtype,
+          "storage dtype of Adam's second moment (AdamW computes in fp32 and rounds on store)",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).exp_avg_sq_dtype = v; })
+          .one_of({"fp32", "bf16"}));
+  add(key("optimizer.main_grads_dtype", g, T::String, o.main_grads_dtype,
+          "dtype of the gradient buffers backward accumulates into and dp reduce-scatters",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).main_grads_dtype = v; })
+          .one_of({"fp32", "bf16"}));
+  add(key("optimizer.main_params_dtype", g, T::String, o.main_params_dtype,
+          "fp32: an fp32 master copy of the bf16 weights; bf16: AdamW updates the bf16 weights in place",
+          [](RuntimeConfig& c, const json& v) { optimizer_of(c).main_params_dtype = v; })
+          .one_of({"fp32", "bf16"}));
   add(key("optimizer.grad_bucket_size", g, T::Int, o.grad_bucket_size,
           "elements per data-parallel gradient bucket (its reduce-scatter overlaps backward)",
           [](RuntimeConfig& c, const json& v) { optimizer_of(c).grad_bucket_size = v; })

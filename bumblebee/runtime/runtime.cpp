@@ -172,6 +172,13 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.device = device_;
   ctx.dtype = resolve_dtype(cfg_.backend == "ref" && bcfg.dtype == "auto" ? "float64" : bcfg.dtype, device_);
   ctx.grad_dtype = ctx.dtype == DType::BF16 ? DType::F32 : ctx.dtype;
+  // bf16 gradient buffers need every backward that accumulates a weight
+  // gradient (linear and grouped-expert dW, embedding, norms, head, router,
+  // LoRA) to take a bf16 destination on both backends; until each is checked
+  // the choice is refused rather than risked.
+  BB_CHECK(bcfg.optimizer.main_grads_dtype == "fp32", "optimizer.main_grads_dtype=",
+           bcfg.optimizer.main_grads_dtype, " is not built yet: the gradient buffers are ", dtype_name(ctx.grad_dtype),
+           "; use optimizer.main_grads_dtype=fp32 (the bf16 moments and bf16 main params work without it)");
   ctx.residual_dtype = bcfg.fp32_residual_connection && ctx.dtype == DType::BF16 ? DType::F32 : ctx.dtype;
   ctx.recompute = parse_recompute(bcfg.recompute, bcfg.recompute_modules, bcfg.recompute_method,
                                   bcfg.recompute_num_layers);
@@ -261,6 +268,9 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ac.weight_decay = o.weight_decay;
   ac.clip_grad = o.clip_grad;
   ac.offload_fraction = o.offload_fraction;
+  ac.bf16_exp_avg = o.exp_avg_dtype == "bf16";
+  ac.bf16_exp_avg_sq = o.exp_avg_sq_dtype == "bf16";
+  ac.bf16_main_params = o.main_params_dtype == "bf16";
   std::vector<ParamStore*> stores;
   std::vector<const Parameter*> tied_copies;   // counted in the grad norm by the first stage
   for (auto& chunk : st->chunks) {

@@ -118,8 +118,7 @@ void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tenso
 void logits_softmax_stats(const Tensor& logits, const Tensor& labels, int64_t vocab_start, Tensor& row_max,
                           Tensor& sumexp, Tensor& target_logit);
 
-// adamw.cu. param, exp_avg, exp_avg_sq float32 (or all float64); grad float32
-// or bfloat16.
+// adamw.cu. The storage combinations of ops::adamw_step (ops.h), which checks them.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const ops::AdamWParams& hp);
 
 // moe_permute.cu. x, out, y, dout, dx, dy one dtype, bfloat16 or float32;

@@ -8,6 +8,18 @@
 #include "bumblebee/core/device_memory.h"
 
 namespace bb {
+namespace {
+// The dtype AdamW updates the weights in: float64 on the float64 path, bf16
+// when the bf16 parameters are their own master, else an fp32 master copy.
+DType master_dtype(const AdamWConfig& cfg, DType param_dtype) {
+  if (param_dtype == DType::F64) return DType::F64;
+  return cfg.bf16_main_params ? DType::BF16 : DType::F32;
+}
+
+DType moment_dtype(bool bf16, DType master_dt) {
+  return bf16 ? DType::BF16 : master_dt == DType::BF16 ? DType::F32 : master_dt;
+}
+}  // namespace
 
 DistributedOptimizer::DistributedOptimizer(ParamStore& store, dist::ParallelState& parallel, const AdamWConfig& cfg)
     : DistributedOptimizer(std::vector<ParamStore*>{&store}, parallel, cfg, {}) {}
@@ -25,6 +37,10 @@ DistributedOptimizer::DistributedOptimizer(const std::vector<ParamStore*>& store
     return (skip && p->replicated_over_tp()) ||
            std::find(counted_elsewhere.begin(), counted_elsewhere.end(), p) != counted_elsewhere.end();
   };
+  const bool any_bf16_state = cfg.bf16_exp_avg || cfg.bf16_exp_avg_sq || cfg.bf16_main_params;
+  BB_CHECK(!any_bf16_state || cfg.offload_fraction == 0.0, "optimizer.offload_fraction=", cfg.offload_fraction,
+           " steps an fp32 state on the host; it does not take bf16 optimizer.exp_avg_dtype, ",
+           "optimizer.exp_avg_sq_dtype or optimizer.main_params_dtype: set them to fp32 or offload_fraction=0");
   std::vector<std::pair<int, ParamGroup*>> all_groups;   // (store index, group), in store then group order
   for (size_t si = 0; si < stores.size(); ++si)
     for (auto& group : stores[si]->groups()) all_groups.emplace_back(int(si), group.get());
@@ -41,7 +57,12 @@ DistributedOptimizer::DistributedOptimizer(const std::vector<ParamStore*>& store
     g.reducer = std::make_unique<GradReducer>(*group, *g.comm);
     const int64_t shard_len = g.reducer->shard_numel();
     const DType pdt = group->flat_params().dtype();
-    const DType master_dt = pdt == DType::F64 ? DType::F64 : DType::F32;
+    for (const auto& [on, key] : {std::pair{cfg.bf16_exp_avg, "optimizer.exp_avg_dtype"},
+                                  {cfg.bf16_exp_avg_sq, "optimizer.exp_avg_sq_dtype"},
+                                  {cfg.bf16_main_params, "optimizer.main_params_dtype"}})
+      BB_CHECK(!on || pdt == DType::BF16, key, "=bf16 needs bf16 parameters, but parameter group '", group->name(),
+               "' is ", dtype_name(pdt), " (the float32/float64 paths keep their state in the parameter dtype)");
+    const DType master_dt = master_dtype(cfg, pdt);
     g.master_is_param = g.comm->size() == 1 && master_dt == pdt;
     g.padding_in_shard = shard_len;
     std::vector<int64_t> ends;
@@ -61,18 +82,19 @@ DistributedOptimizer::DistributedOptimizer(const std::vector<ParamStore*>& store
     ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
     piece_ends.push_back(std::move(ends));
     // The host keeps its own master copy even when the device's is the parameters.
-    bytes_per_element.push_back(3 * int64_t(dtype_size(master_dt)));
+    bytes_per_element.push_back(int64_t(dtype_size(master_dt) + dtype_size(moment_dtype(cfg.bf16_exp_avg, master_dt)) +
+                                        dtype_size(moment_dtype(cfg.bf16_exp_avg_sq, master_dt))));
     groups_.push_back(std::move(g));
   }
   const std::vector<int64_t> on_host = host_prefix_lengths(piece_ends, bytes_per_element, cfg.offload_fraction);
   for (size_t i = 0; i < groups_.size(); ++i) {
     GroupState& g = groups_[i];
     const Tensor& flat = g.group->flat_params();
-    const DType master_dt = flat.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    const DType master_dt = master_dtype(cfg, flat.dtype());
     const int64_t on_device = g.reducer->shard_numel() - on_host[i];
     g.master = g.master_is_param ? flat : Tensor::empty({on_device}, master_dt, flat.device());
-    g.exp_avg = Tensor::zeros({on_device}, master_dt, flat.device());
-    g.exp_avg_sq = Tensor::zeros({on_device}, master_dt, flat.device());
+    g.exp_avg = Tensor::zeros({on_device}, moment_dtype(cfg.bf16_exp_avg, master_dt), flat.device());
+    g.exp_avg_sq = Tensor::zeros({on_device}, moment_dtype(cfg.bf16_exp_avg_sq, master_dt), flat.device());
     g.host = make_host_optimizer_state(on_host[i], master_dt, g.group->flat_grads().dtype(), flat.dtype(),
                                        flat.device());
     if (g.host.numel > 0 && !copies_) copies_ = std::make_unique<HostCopyStream>(flat.device());

@@ -4,7 +4,8 @@
 // For every trainable group, each rank of the group's communicator owns the
 // same slice index of every gradient bucket (see grad_reducer.h): its fp32
 // master weights (or the parameters themselves when they already are the
-// master dtype and the group has one rank) and Adam moments cover those
+// master dtype and the group has one rank; bf16 with bf16_main_params) and
+// Adam moments (fp32, or bf16 with bf16_exp_avg / bf16_exp_avg_sq) cover those
 // slices, concatenated in buffer order. A step waits for the bucketed
 // reduce-scatters of the summed gradients, takes the global gradient norm
 // over every group and rank (each parameter counted once: tp-replicated ones
@@ -40,6 +41,12 @@ struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   double clip_grad = 1.0;   // <= 0 disables clipping
   double offload_fraction = 0.0;   // of the optimizer state's bytes, kept and stepped on the host
+  // Storage of the optimizer state (optimizer.exp_avg_dtype,
+  // optimizer.exp_avg_sq_dtype, optimizer.main_params_dtype): bf16 moments
+  // instead of the master dtype, and bf16 parameters as their own master (no
+  // fp32 copy). AdamW computes in fp32 and rounds on store (ops.h). Each needs
+  // bf16 parameters and no offload.
+  bool bf16_exp_avg = false, bf16_exp_avg_sq = false, bf16_main_params = false;
 };
 
 struct OptimizerStepResult {
@@ -89,8 +96,9 @@ class DistributedOptimizer {
   std::vector<GroupState>& groups() { return groups_; }
   // A group's master weights or Adam moments as one buffer in the layout of
   // its flat parameters (every rank's slices gathered over the group's
-  // communicator; bucket padding zero), in the master dtype; scatter_state
-  // takes this rank's slices back from such a buffer. Collective over the
+  // communicator; bucket padding zero), in the state's own dtype;
+  // scatter_state takes this rank's slices back from such a buffer in any
+  // floating dtype, converting. Collective over the
   // group's communicator. Checkpoints save and load the state per parameter
   // through them, whatever the dp layout.
   enum class State { Master, ExpAvg, ExpAvgSq };
