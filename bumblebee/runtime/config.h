@@ -103,7 +103,7 @@ struct BBConfig {
   // Activation recompute (Megatron's recompute_granularity and friends, see
   // docs/training.md "Activation recompute"): none | selective | full.
   std::string recompute = "none";
-  std::string recompute_modules;       // selective: comma list of core_attn, mlp, moe (empty: core_attn)
+  std::string recompute_modules;       // selective: comma list of core_attn, layernorm, mlp, moe (empty: core_attn)
   std::string recompute_method = "block";   // block: the first N layers of each chunk; uniform: runs of N (full)
   int recompute_num_layers = 0;        // N; 0 with block: every layer
   // Keep the residual stream (embedding output, every layer's input and

@@ -104,7 +104,8 @@ void ConfigSchema::add_runtime_keys() {
           [](RuntimeConfig& c, const json& v) { bb_of(c).recompute = v; })
           .one_of({"none", "selective", "full"}));
   add(key("backend.recompute_modules", "backend", T::String, b.recompute_modules,
-          "selective recompute: comma list of core_attn (attention output), mlp (the SwiGLU activation, "
+          "selective recompute: comma list of core_attn (attention output), layernorm (the outputs of the "
+          "input and pre-MLP norms, and of the q/k or MLA q_a/kv_a norms), mlp (the SwiGLU activation, "
           "dense and experts), moe (the whole MoE block); empty: core_attn",
           [](RuntimeConfig& c, const json& v) { bb_of(c).recompute_modules = v; }));
   add(key("backend.recompute_method", "backend", T::String, b.recompute_method,

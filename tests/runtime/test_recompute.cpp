@@ -3,7 +3,8 @@
 // all layers or the first N of the chunk) gives the float64 loss and
 // gradients of recompute=none, bit for bit, on a dense and an MoE model
 // (with its load-balancing loss, which a recomputed forward must not count
-// twice), over one and several microbatches.
+// twice), over one and several microbatches; the `layernorm` module also on
+// a Qwen3 (q/k norm) and a DeepSeek-V3 (MLA) model, in float32 too.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -26,11 +27,11 @@ struct Step {
   std::vector<double> grads;
 };
 
-Step run(const std::string& fixture, const RecomputeCase& c, int microbatches) {
+Step run(const std::string& fixture, const RecomputeCase& c, int microbatches, const std::string& dtype = "float64") {
   RuntimeConfig cfg;
   cfg.backend = "ref";
   cfg.hf_path = test::fixture_dir(fixture);
-  cfg.backend_cfg.dtype = "float64";
+  cfg.backend_cfg.dtype = dtype;
   cfg.backend_cfg.recompute = c.mode;
   cfg.backend_cfg.recompute_modules = c.modules;
   cfg.backend_cfg.recompute_method = c.method;
@@ -49,6 +50,8 @@ const std::vector<RecomputeCase>& dense_cases() {
       {"selective_core_attn", "selective", "core_attn", "block", 0},
       {"selective_mlp", "selective", "mlp", "block", 0},
       {"selective_core_attn_mlp", "selective", "core_attn, mlp", "block", 0},
+      {"selective_layernorm", "selective", "layernorm", "block", 0},
+      {"selective_layernorm_mlp", "selective", "layernorm,mlp", "block", 0},
       {"selective_first_layer", "selective", "core_attn,mlp", "block", 1},
       {"full", "full", "", "block", 0},
       {"full_first_layer", "full", "", "block", 1},
@@ -63,6 +66,7 @@ std::vector<RecomputeCase> moe_cases() {
   cases.push_back({"selective_moe", "selective", "moe", "block", 0});
   cases.push_back({"selective_all", "selective", "core_attn,mlp,moe", "block", 0});
   cases.push_back({"selective_moe_first_2", "selective", "moe,mlp", "block", 2});
+  cases.push_back({"selective_moe_layernorm", "selective", "moe,layernorm", "block", 0});
   return cases;
 }
 
@@ -86,6 +90,29 @@ TEST(Recompute, EveryModeGivesTheGradientsOfNoneOnADenseModel) { expect_same_ste
 
 TEST(Recompute, EveryModeGivesTheGradientsOfNoneOnAnMoEModel) { expect_same_step("qwen3_moe_mixed", moe_cases()); }
 
+// The `layernorm` module on each model family (dense with and without q/k
+// norm, MoE, MLA with shared experts), in float64 and float32: the norms'
+// outputs rebuilt in backward are those forward made, bit for bit.
+TEST(Recompute, LayernormGivesTheGradientsOfNoneOnEveryFamily) {
+  const std::vector<RecomputeCase> cases = {
+      {"layernorm", "selective", "layernorm", "block", 0},
+      {"layernorm_mlp", "selective", "layernorm,mlp", "block", 0},
+      {"all", "selective", "core_attn,layernorm,mlp", "block", 0},
+  };
+  for (const std::string fixture : {"llama3_gqa", "qwen3_gqa", "qwen3_moe_mixed", "deepseek_v3_mla"}) {
+    for (const std::string dtype : {"float64", "float32"}) {
+      const Step none = run(fixture, {"none", "none", "", "block", 0}, 2, dtype);
+      for (const RecomputeCase& c : cases) {
+        const Step s = run(fixture, c, 2, dtype);
+        const std::string where = fixture + " " + dtype + " " + c.name;
+        EXPECT_EQ(s.loss, none.loss) << where;
+        EXPECT_EQ(s.aux_loss, none.aux_loss) << where;
+        EXPECT_EQ(s.grads, none.grads) << where;
+      }
+    }
+  }
+}
+
 std::string build_error(const std::string& fixture, const RecomputeCase& c) {
   try {
     run(fixture, c, 1);
@@ -102,7 +129,6 @@ TEST(Recompute, BadSettingsNameTheKeyAndValue) {
     std::string message;
   } cases[] = {
       {"llama3_gqa", {"", "partial", "", "block", 0}, "expected none, selective or full"},
-      {"llama3_gqa", {"", "selective", "layernorm", "block", 0}, "'layernorm' is not implemented"},
       {"llama3_gqa", {"", "selective", "core_attn,mlpp", "block", 0}, "unknown module 'mlpp'"},
       {"llama3_gqa", {"", "selective", "moe", "block", 0}, "'moe' needs a model with MoE layers"},
       {"llama3_gqa", {"", "full", "mlp", "block", 0}, "recompute_modules='mlp' needs backend.recompute=selective"},

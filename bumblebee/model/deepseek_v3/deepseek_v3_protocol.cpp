@@ -97,8 +97,10 @@ std::unique_ptr<ModelChunk> DeepseekV3Protocol::build_model(const nlohmann::json
     } else {
       ffn = swiglu_mlp(cfg.dense.hidden_size, cfg.dense.intermediate_size, pc, sel.mlp);
     }
+    MLAConfig layer_mla = mla;
+    layer_mla.recompute_norms = sel.layernorm;
     return std::make_unique<DecoderLayer>(store, prefix, cfg.dense.hidden_size, cfg.dense.rms_norm_eps,
-                                          mla_attention(mla, pc, inv_freq), ffn);
+                                          mla_attention(layer_mla, pc, inv_freq), ffn, sel.layernorm);
   };
   spec.train_flops = [cfg](int64_t tokens, int64_t seq_len) { return deepseek_v3_train_flops(cfg, tokens, seq_len); };
   return std::make_unique<Decoder>(std::move(spec), ctx);

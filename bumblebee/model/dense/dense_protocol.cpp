@@ -55,6 +55,8 @@ std::unique_ptr<ModelChunk> DenseProtocol::build_model(const nlohmann::json& mod
     const SelectiveRecompute sel = recompute.selective_for(layer, range);
     DecoderLayerConfig layer_cfg = lc;
     layer_cfg.attention.recompute_core_attention = sel.core_attn;
+    layer_cfg.attention.recompute_qk_norm = sel.layernorm;
+    layer_cfg.recompute_norms = sel.layernorm;
     return std::make_unique<DecoderLayer>(store, prefix, layer_cfg, pc, inv_freq,
                                           swiglu_mlp(cfg.hidden_size, cfg.intermediate_size, pc, sel.mlp));
   };

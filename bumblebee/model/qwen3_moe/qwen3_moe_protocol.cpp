@@ -63,6 +63,8 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
     const SelectiveRecompute sel = recompute.selective_for(layer, range);
     DecoderLayerConfig layer_cfg = lc;
     layer_cfg.attention.recompute_core_attention = sel.core_attn;
+    layer_cfg.attention.recompute_qk_norm = sel.layernorm;
+    layer_cfg.recompute_norms = sel.layernorm;
     BlockFactory ffn;
     if (cfg.is_moe_layer(layer)) {
       // Qwen3-MoE's router: softmax top-k, no groups, no scaling; an expert

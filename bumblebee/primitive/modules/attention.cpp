@@ -39,22 +39,27 @@ Tensor SelfAttention::forward(const Tensor& x, const SequenceLayout& seq, Saved&
   const int64_t D = cfg_.head_dim;
   s.x_full = tp_->enter(x);
   const int64_t T = s.x_full.size(0);
-  s.q_raw = q_proj_.forward(s.x_full, seq.lora_dropout).view({T, heads_local_, D});
-  s.k_raw = k_proj_.forward(s.x_full, seq.lora_dropout).view({T, kv_heads_local_, D});
+  Tensor q = q_proj_.forward(s.x_full, seq.lora_dropout).view({T, heads_local_, D});
+  Tensor k = k_proj_.forward(s.x_full, seq.lora_dropout).view({T, kv_heads_local_, D});
   s.v = v_proj_.forward(s.x_full, seq.lora_dropout).view({T, kv_heads_local_, D});
-  Tensor q = s.q_raw, k = s.k_raw;
   if (cfg_.qk_norm) {
     q = q_norm_->forward(q, s.q_norm);
     k = k_norm_->forward(k, s.k_norm);
   }
+  rotate_qk(q, k, seq, s);
+  core_attention(seq, s);
+  Tensor y = o_proj_.forward(s.out.view({T, heads_local_ * D}), seq.lora_dropout);
+  if (cfg_.recompute_core_attention) s.out = s.lse = Tensor();
+  if (cfg_.recompute_qk_norm && cfg_.qk_norm) s.q = s.k = Tensor();
+  return y;
+}
+
+// The attention's q and k: RoPE of the (normed) projections.
+void SelfAttention::rotate_qk(const Tensor& q, const Tensor& k, const SequenceLayout& seq, Saved& s) const {
   s.q = Tensor::empty(q.shape(), q.dtype(), q.device());
   s.k = Tensor::empty(k.shape(), k.dtype(), k.device());
   ops::rope_forward(q, seq.position_ids, inv_freq_, s.q);
   ops::rope_forward(k, seq.position_ids, inv_freq_, s.k);
-  core_attention(seq, s);
-  Tensor y = o_proj_.forward(s.out.view({T, heads_local_ * D}), seq.lora_dropout);
-  if (cfg_.recompute_core_attention) s.out = s.lse = Tensor();
-  return y;
 }
 
 // out and lse of q, k, v: plain causal attention, or ring attention over cp.
@@ -73,7 +78,11 @@ void SelfAttention::core_attention(const SequenceLayout& seq, Saved& s) {
 Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, Saved& s) {
   const int64_t D = cfg_.head_dim;
   const int64_t T = s.x_full.size(0);
-  if (!s.out.defined()) core_attention(seq, s);   // selective recompute
+  if (!s.q.defined()) {   // selective recompute of the q/k norms
+    rotate_qk(q_norm_->recompute(s.q_norm).view({T, heads_local_, D}),
+              k_norm_->recompute(s.k_norm).view({T, kv_heads_local_, D}), seq, s);
+  }
+  if (!s.out.defined()) core_attention(seq, s);   // selective recompute of the core attention
   Tensor d_out = o_proj_.backward(dy, s.out.view({T, heads_local_ * D}), seq.lora_dropout).view({T, heads_local_, D});
   Tensor dq = Tensor::empty(s.q.shape(), dy.dtype(), dy.device());
   Tensor dk = Tensor::empty(s.k.shape(), dy.dtype(), dy.device());
@@ -118,6 +127,13 @@ class SelfAttentionBlock : public Block {
     Tensor dx = attn_.backward(dy, seq, static_cast<State&>(*state).saved);
     state.reset();
     return dx;
+  }
+  bool drop_input(BlockState& state) override {
+    attn_.drop_input(static_cast<State&>(state).saved);
+    return true;
+  }
+  void restore_input(const Tensor& x, BlockState& state) override {
+    attn_.restore_input(x, static_cast<State&>(state).saved);
   }
 
  private:

@@ -26,18 +26,27 @@ struct AttentionConfig {
   // Selective recompute: keep q, k, v but not the core attention output and
   // its log-sum-exp; backward re-runs the attention kernel to get them.
   bool recompute_core_attention = false;
+  // Selective recompute's `layernorm` module, with qk_norm: keep q and k
+  // before their norms (the norms' saved inputs) but not after norm and
+  // RoPE; backward re-runs both to rebuild the attention's q and k.
+  bool recompute_qk_norm = false;
 };
 
 class SelfAttention {
  public:
+  // q and k are the attention's (after norm and RoPE); with qk_norm the
+  // projections' outputs are kept once, as the norms' inputs.
   struct Saved {
-    Tensor x_full, q_raw, k_raw, q, k, v, out, lse;
+    Tensor x_full, q, k, v, out, lse;
     RMSNorm::Saved q_norm, k_norm;
   };
   SelfAttention(ParamStore& store, const std::string& prefix, const AttentionConfig& cfg, ParallelContext& pc,
                 const Tensor& inv_freq);
   Tensor forward(const Tensor& x, const SequenceLayout& seq, Saved& s);
   Tensor backward(const Tensor& dy, const SequenceLayout& seq, Saved& s);
+  // Block::drop_input / restore_input for the attention's input x.
+  void drop_input(Saved& s) const { s.x_full = Tensor(); }
+  void restore_input(const Tensor& x, Saved& s) const { s.x_full = tp_->enter(x); }
 
  private:
   AttentionConfig cfg_;
@@ -49,6 +58,7 @@ class SelfAttention {
   std::optional<RMSNorm> q_norm_, k_norm_;
   Tensor inv_freq_;
 
+  void rotate_qk(const Tensor& q, const Tensor& k, const SequenceLayout& seq, Saved& s) const;
   void core_attention(const SequenceLayout& seq, Saved& s);
 };
 

@@ -51,6 +51,16 @@ class Block {
   virtual Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) = 0;
   // dy -> dx; accumulates parameter gradients and releases `state`.
   virtual Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) = 0;
+
+  // Selective recompute of what produced the block's input (the `layernorm`
+  // module: the decoder layer's norms). After forward, drop_input lets go of
+  // the tensors of `state` that are x itself or its all-gather into the
+  // tensor-parallel region, and says whether it did; if so the caller
+  // rebuilds x bit for bit and hands it to restore_input before backward
+  // (which all-gathers it again under sequence parallelism). A block that
+  // holds no copy of x, or cannot drop it, keeps its state: the defaults.
+  virtual bool drop_input(BlockState& /*state*/) { return false; }
+  virtual void restore_input(const Tensor& /*x*/, BlockState& /*state*/) {}
 };
 
 // Builds a block whose parameters are named `prefix` + their HF suffix, at the

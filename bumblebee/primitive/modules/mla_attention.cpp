@@ -116,6 +116,7 @@ Tensor MLAttention::forward(const Tensor& x, const SequenceLayout& seq, std::uni
     ops::attention_forward(s->q, s->k, s->v, seq.cu_seqlens, seq.max_seqlen, cfg_.softmax_scale, s->out, s->lse);
   }
   Tensor y = o_proj_->forward(s->out.view({T, Hl * Dv}), seq.lora_dropout);
+  if (cfg_.recompute_norms) s->q_a_normed = s->c_normed = Tensor();
   state = std::move(s);
   return y;
 }
@@ -125,6 +126,10 @@ Tensor MLAttention::backward(const Tensor& dy, const SequenceLayout& seq, std::u
   Saved& s = static_cast<Saved&>(*state);
   const int64_t Hl = heads_local_, Dqk = cfg_.qk_head_dim(), R = cfg_.qk_rope_head_dim, Dv = cfg_.v_head_dim;
   const int64_t T = s.x_full.size(0);
+  if (cfg_.recompute_norms) {
+    if (q_a_proj_) s.q_a_normed = q_a_layernorm_->recompute(s.q_a_norm);
+    s.c_normed = kv_a_layernorm_->recompute(s.kv_a_norm);
+  }
   Tensor d_out = o_proj_->backward(dy, s.out.view({T, Hl * Dv}), seq.lora_dropout).view({T, Hl, Dv});
   Tensor dq = Tensor::empty(s.q.shape(), dy.dtype(), dy.device());
   Tensor dk = Tensor::empty(s.k.shape(), dy.dtype(), dy.device());
@@ -177,6 +182,15 @@ Tensor MLAttention::backward(const Tensor& dy, const SequenceLayout& seq, std::u
   }
   state.reset();
   return tp_->enter_backward(dx_full);
+}
+
+bool MLAttention::drop_input(BlockState& state) {
+  static_cast<Saved&>(state).x_full = Tensor();
+  return true;
+}
+
+void MLAttention::restore_input(const Tensor& x, BlockState& state) {
+  static_cast<Saved&>(state).x_full = tp_->enter(x);
 }
 
 BlockFactory mla_attention(const MLAConfig& cfg, ParallelContext& pc, const Tensor& inv_freq) {

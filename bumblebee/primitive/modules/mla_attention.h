@@ -44,6 +44,10 @@ struct MLAConfig {
   double softmax_scale = 0.0;   // (qk_nope + qk_rope)^-1/2 x mscale^2
   double rope_scale = 1.0;      // yarn's attention factor on cos and sin
   bool rope_interleave = true;
+  // Selective recompute's `layernorm` module: q_a_layernorm's and
+  // kv_a_layernorm's outputs are dropped after forward and rebuilt in
+  // backward from their kept inputs.
+  bool recompute_norms = false;
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
@@ -58,6 +62,8 @@ class MLAttention : public Block {
               const Tensor& inv_freq);
   Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
   Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
+  bool drop_input(BlockState& state) override;   // x_full
+  void restore_input(const Tensor& x, BlockState& state) override;
 
  private:
   MLAConfig cfg_;

@@ -55,6 +55,15 @@ Tensor SwiGLUMLP::backward(const Tensor& dy, const SequenceLayout& seq, std::uni
   return tp_->enter_backward(dx_full);
 }
 
+bool SwiGLUMLP::drop_input(BlockState& state) {
+  static_cast<Saved&>(state).x_full = Tensor();
+  return true;
+}
+
+void SwiGLUMLP::restore_input(const Tensor& x, BlockState& state) {
+  static_cast<Saved&>(state).x_full = tp_->enter(x);
+}
+
 BlockFactory swiglu_mlp(int64_t hidden, int64_t ffn, ParallelContext& pc, bool recompute_activation) {
   return [hidden, ffn, &pc, recompute_activation](ParamStore& store,
                                                   const std::string& prefix) -> std::unique_ptr<Block> {

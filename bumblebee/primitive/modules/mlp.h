@@ -28,6 +28,8 @@ class SwiGLUMLP : public Block {
             bool recompute_activation = false);
   Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
   Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
+  bool drop_input(BlockState& state) override;   // x_full
+  void restore_input(const Tensor& x, BlockState& state) override;
 
  private:
   ParamStore* store_;

@@ -22,6 +22,14 @@ Tensor RMSNorm::forward(const Tensor& x, Saved& s) const {
   return y.view(x.shape());
 }
 
+Tensor RMSNorm::recompute(const Saved& s) const {
+  BB_CHECK(s.x.defined(), "RMSNorm ", weight_->name, ": recompute without a saved forward");
+  Tensor y = Tensor::empty(s.x.shape(), weight_->value.dtype(), s.x.device());
+  Tensor rstd = Tensor::empty(s.rstd.shape(), s.rstd.dtype(), s.x.device());
+  ops::rmsnorm_forward(s.x, weight_->value, eps_, y, rstd);
+  return y;
+}
+
 Tensor RMSNorm::backward(const Tensor& dy, const Saved& s) {
   Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype(), dy.device());
   // The fused kernel always produces the weight gradient; a frozen weight's

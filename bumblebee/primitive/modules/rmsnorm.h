@@ -19,6 +19,11 @@ class RMSNorm {
   DType out_dtype() const { return weight_->value.dtype(); }
   // x [R, dim] (any leading rows); stat dtype follows ops.h's rules.
   Tensor forward(const Tensor& x, Saved& s) const;
+  // The output of forward again, [R, dim], from the saved input: selective
+  // recompute (the `layernorm` module) drops the output and rebuilds it for
+  // backward. The same kernel on the same input gives the same bits; its
+  // rstd goes to a scratch row and the saved one stays.
+  Tensor recompute(const Saved& s) const;
   Tensor backward(const Tensor& dy, const Saved& s);
 
  private:

@@ -47,12 +47,10 @@ RecomputeConfig parse_recompute(const std::string& mode, const std::string& modu
     else if (m == "moe")
       c.modules.moe = true;
     else if (m == "layernorm")
-      BB_FAIL("backend.recompute_modules: 'layernorm' is not implemented: the norms' outputs are the saved "
-              "inputs of the attention and MLP projections, which would have to drop and rebuild them too; "
-              "use core_attn, mlp or moe");
+      c.modules.layernorm = true;
     else
       BB_FAIL("backend.recompute_modules: unknown module '", m, "' in '", modules,
-              "' (expected a comma-separated list of core_attn, mlp, moe)");
+              "' (expected a comma-separated list of core_attn, layernorm, mlp, moe)");
   }
   return c;
 }
@@ -98,6 +96,13 @@ Tensor Recompute::backward(const Tensor& dy, const SequenceLayout& seq, std::uni
   inner_->forward(x, seq, inner_state);
   return inner_->backward(dy, seq, inner_state);
 }
+
+bool Recompute::drop_input(BlockState& state) {
+  static_cast<RecomputeState&>(state).x = Tensor();
+  return true;
+}
+
+void Recompute::restore_input(const Tensor& x, BlockState& state) { static_cast<RecomputeState&>(state).x = x; }
 
 BlockFactory recomputed(BlockFactory factory) {
   return [factory = std::move(factory)](ParamStore& store, const std::string& prefix) -> std::unique_ptr<Block> {

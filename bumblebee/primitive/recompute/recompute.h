@@ -34,13 +34,17 @@ enum class RecomputeMethod { Block, Uniform };
 // and rebuilds in backward.
 struct SelectiveRecompute {
   bool core_attn = false;   // attention's output and log-sum-exp (re-run the attention kernel)
+  // the outputs of the layer's norms: input_layernorm, post_attention_layernorm,
+  // and inside the attention the q/k norms (with RoPE after them) or MLA's
+  // q_a/kv_a norms (re-run each norm from its kept input)
+  bool layernorm = false;
   bool mlp = false;         // the SwiGLU output h of the dense MLP and of every expert (re-run swiglu)
   bool moe = false;         // the whole MoE block (wrapped in Recompute)
 };
 
 struct RecomputeConfig {
   RecomputeMode mode = RecomputeMode::None;
-  SelectiveRecompute modules{true, false, false};   // selective: Megatron's default, core_attn
+  SelectiveRecompute modules{true, false, false, false};   // selective: Megatron's default, core_attn
   RecomputeMethod method = RecomputeMethod::Block;
   // block: the first num_layers layers of each chunk (pipeline stage or
   // virtual chunk; 0: all); uniform: the run length (>= 1).
@@ -56,7 +60,7 @@ struct RecomputeConfig {
 };
 
 // Parses the configuration keys: mode none | selective | full; modules a
-// comma-separated list of core_attn, mlp, moe (selective only); method
+// comma-separated list of core_attn, layernorm, mlp, moe (selective only); method
 // block | uniform; num_layers >= 0. Errors name the key and the value.
 RecomputeConfig parse_recompute(const std::string& mode, const std::string& modules, const std::string& method,
                                 int64_t num_layers);
@@ -67,6 +71,9 @@ class Recompute : public Block {
   Block& inner() { return *inner_; }
   Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
   Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
+  // The kept input is all a Recompute holds; it may be dropped and rebuilt too.
+  bool drop_input(BlockState& state) override;
+  void restore_input(const Tensor& x, BlockState& state) override;
 
  private:
   std::unique_ptr<Block> inner_;

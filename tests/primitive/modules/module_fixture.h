@@ -90,11 +90,13 @@ class ModuleFixture {
     return std::make_unique<GroupedExperts>(store_, prefix, first, count, hidden, ffn);
   }
   // Parameters "<prefix>input_layernorm.weight", "<prefix>self_attn.*", "<prefix>mlp.*" (a SwiGLU MLP of
-  // `ffn` features in the feed-forward slot); wrapped in Recompute when `recompute` is Full.
+  // `ffn` features in the feed-forward slot, `recompute_activation` its selective `mlp`); wrapped in
+  // Recompute when `recompute` is Full.
   std::unique_ptr<Block> make_decoder_layer(const DecoderLayerConfig& cfg, int64_t ffn, RecomputeMode recompute,
-                                            const std::string& prefix = "") {
-    std::unique_ptr<Block> layer = std::make_unique<DecoderLayer>(
-        store_, prefix, cfg, pc_, inv_freq(cfg.attention.head_dim), swiglu_mlp(cfg.attention.hidden, ffn, pc_));
+                                            const std::string& prefix = "", bool recompute_activation = false) {
+    std::unique_ptr<Block> layer =
+        std::make_unique<DecoderLayer>(store_, prefix, cfg, pc_, inv_freq(cfg.attention.head_dim),
+                                       swiglu_mlp(cfg.attention.hidden, ffn, pc_, recompute_activation));
     if (recompute == RecomputeMode::Full) layer = std::make_unique<Recompute>(std::move(layer));
     return layer;
   }

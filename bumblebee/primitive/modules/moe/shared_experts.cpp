@@ -22,6 +22,19 @@ Tensor SharedExpertsMoE::backward(const Tensor& dy, const SequenceLayout& seq, s
   return dx;
 }
 
+bool SharedExpertsMoE::drop_input(BlockState& state) {
+  Saved& s = static_cast<Saved&>(state);
+  const bool routed = routed_->drop_input(*s.routed);
+  const bool shared = shared_->drop_input(*s.shared);
+  return routed || shared;
+}
+
+void SharedExpertsMoE::restore_input(const Tensor& x, BlockState& state) {
+  Saved& s = static_cast<Saved&>(state);
+  routed_->restore_input(x, *s.routed);
+  shared_->restore_input(x, *s.shared);
+}
+
 BlockFactory with_shared_experts(BlockFactory routed, BlockFactory shared) {
   return [routed, shared](ParamStore& store, const std::string& prefix) -> std::unique_ptr<Block> {
     std::unique_ptr<Block> r = routed(store, prefix);

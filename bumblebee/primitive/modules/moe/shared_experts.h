@@ -20,6 +20,9 @@ class SharedExpertsMoE : public Block {
       : routed_(std::move(routed)), shared_(std::move(shared)) {}
   Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
   Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
+  // Both branches drop the input they share; it is rebuilt if either did.
+  bool drop_input(BlockState& state) override;
+  void restore_input(const Tensor& x, BlockState& state) override;
 
  private:
   std::unique_ptr<Block> routed_, shared_;

@@ -166,6 +166,13 @@ Tensor SparseMoE::backward(const Tensor& dy_shard, const SequenceLayout&, std::u
   return tp_->enter_backward(dx);
 }
 
+bool SparseMoE::drop_input(BlockState& state) {
+  static_cast<Saved&>(state).x = Tensor();
+  return true;
+}
+
+void SparseMoE::restore_input(const Tensor& x, BlockState& state) { static_cast<Saved&>(state).x = tp_->enter(x); }
+
 BlockFactory sparse_moe(const SparseMoEConfig& cfg, ParallelContext& pc) {
   return [cfg, &pc](ParamStore& store, const std::string& prefix) -> std::unique_ptr<Block> {
     return std::make_unique<SparseMoE>(store, prefix, cfg, pc);

@@ -91,6 +91,10 @@ class SparseMoE : public Block {
   SparseMoE(ParamStore& store, const std::string& prefix, const SparseMoEConfig& cfg, ParallelContext& pc);
   Tensor forward(const Tensor& x, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
   Tensor backward(const Tensor& dy, const SequenceLayout& seq, std::unique_ptr<BlockState>& state) override;
+  // Saved::x, which only the router's weight gradient reads (the experts
+  // read their permuted copy).
+  bool drop_input(BlockState& state) override;
+  void restore_input(const Tensor& x, BlockState& state) override;
 
  private:
   SparseMoEConfig cfg_;
