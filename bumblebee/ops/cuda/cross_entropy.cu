@@ -8,6 +8,7 @@
 // statistics over the tensor-parallel group (max, then sums).
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/logits_checks.cuh"
 
 namespace bb::cuda {
 namespace {
@@ -89,25 +90,12 @@ __global__ void cross_entropy_loss_kernel(const float* __restrict__ row_max, con
   }
 }
 
-void check_logits(const char* op, const Tensor& logits) {
-  check_cuda(logits, op, "logits");
-  BB_CHECK(logits.dim() == 2, op, ": logits must be [N, V_local], got ", shape_str(logits.shape()));
-  BB_CHECK(logits.size(0) <= INT32_MAX, op, ": too many rows (", logits.size(0), ")");
-}
-
-void check_stat(const char* op, const Tensor& logits, const Tensor& stat, const char* name) {
-  check_cuda_same(logits, stat, op, name);
-  BB_CHECK(stat.dim() == 1 && stat.size(0) == logits.size(0), op, ": ", name, " must be [", logits.size(0),
-           "], got ", shape_str(stat.shape()));
-  BB_CHECK(stat.dtype() == DType::F32, op, ": ", name, " must be float32 on CUDA, got ", dtype_name(stat.dtype()));
-}
-
 }  // namespace
 
 void logits_row_max(const Tensor& logits, Tensor& row_max) {
   const char* op = "logits_row_max";
   check_logits(op, logits);
-  check_stat(op, logits, row_max, "row_max");
+  check_row_stat(op, logits, row_max, "row_max");
   const int64_t rows = logits.size(0), v = logits.size(1);
   if (rows == 0) return;
   BB_CHECK(v > 0, op, ": logits have no columns");
@@ -127,9 +115,9 @@ void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Ten
                           Tensor& sumexp, Tensor& target_logit) {
   const char* op = "logits_sumexp_target";
   check_logits(op, logits);
-  check_stat(op, logits, row_max, "row_max");
-  check_stat(op, logits, sumexp, "sumexp");
-  check_stat(op, logits, target_logit, "target_logit");
+  check_row_stat(op, logits, row_max, "row_max");
+  check_row_stat(op, logits, sumexp, "sumexp");
+  check_row_stat(op, logits, target_logit, "target_logit");
   check_cuda_same(logits, labels, op, "labels");
   check_shape(labels, {logits.size(0)}, "logits_sumexp_target: labels");
   const int64_t rows = logits.size(0), v = logits.size(1);
@@ -160,8 +148,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t 
                             const Tensor& dloss, Tensor& dlogits) {
   const char* op = "cross_entropy_backward";
   check_logits(op, logits);
-  check_stat(op, logits, lse, "lse");
-  check_stat(op, logits, dloss, "dloss");
+  check_row_stat(op, logits, lse, "lse");
+  check_row_stat(op, logits, dloss, "dloss");
   check_cuda_same(logits, labels, op, "labels");
   check_cuda_same(logits, dlogits, op, "dlogits");
   check_shape(labels, {logits.size(0)}, "cross_entropy_backward: labels");

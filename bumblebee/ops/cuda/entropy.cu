@@ -5,6 +5,7 @@
 // dtype; statistics are float32.
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/logits_checks.cuh"
 
 namespace bb::cuda {
 namespace {
@@ -48,13 +49,6 @@ __global__ void backward_kernel(const T* logits, const I* __restrict__ labels, i
   }
 }
 
-void check_rows(const char* op, const Tensor& ref, const Tensor& t, const char* name) {
-  check_cuda_same(ref, t, op, name);
-  BB_CHECK(t.dim() == 1 && t.size(0) == ref.size(0), op, ": ", name, " must be [", ref.size(0), "], got ",
-           shape_str(t.shape()));
-  BB_CHECK(t.dtype() == DType::F32, op, ": ", name, " must be float32 on CUDA, got ", dtype_name(t.dtype()));
-}
-
 }  // namespace
 
 void logits_zexp_sum(const Tensor& logits, const Tensor& row_max, Tensor& zexp_sum) {
@@ -62,8 +56,8 @@ void logits_zexp_sum(const Tensor& logits, const Tensor& row_max, Tensor& zexp_s
   check_cuda(logits, op, "logits");
   BB_CHECK(logits.dim() == 2 && logits.size(0) <= INT32_MAX, op, ": logits must be [N, V_local] with N < 2^31, got ",
            shape_str(logits.shape()));
-  check_rows(op, logits, row_max, "row_max");
-  check_rows(op, logits, zexp_sum, "zexp_sum");
+  check_row_stat(op, logits, row_max, "row_max");
+  check_row_stat(op, logits, zexp_sum, "zexp_sum");
   const int64_t rows = logits.size(0), v = logits.size(1);
   if (rows == 0) return;
   DeviceGuard guard(logits.device().index);
@@ -82,7 +76,7 @@ void entropy_from_sums(const Tensor& lse, const Tensor& sumexp, const Tensor& ze
   check_cuda(lse, op, "lse");
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{lse, "lse"}, {sumexp, "sumexp"},
                                 {zexp_sum, "zexp_sum"}, {entropy, "entropy"}})
-    check_rows(op, lse, t, name);
+    check_row_stat(op, lse, t, name);
   const int64_t rows = lse.numel();
   if (rows == 0) return;
   DeviceGuard guard(lse.device().index);
@@ -100,7 +94,7 @@ void cross_entropy_entropy_backward(const Tensor& logits, const Tensor& labels, 
   BB_CHECK(logits.dim() == 2, op, ": logits must be [N, V_local], got ", shape_str(logits.shape()));
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{lse, "lse"}, {entropy, "entropy"},
                                 {dloss, "dloss"}, {dentropy, "dentropy"}})
-    check_rows(op, logits, t, name);
+    check_row_stat(op, logits, t, name);
   check_cuda_same(logits, labels, op, "labels");
   check_cuda_same(logits, dlogits, op, "dlogits");
   check_shape(labels, {logits.size(0)}, "cross_entropy_entropy_backward: labels");

@@ -12,6 +12,7 @@
 // rows a block of kThreads each. Statistics are fp32.
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/logits_checks.cuh"
 
 namespace bb::cuda {
 namespace {
@@ -115,24 +116,15 @@ __global__ void softmax_stats_warp_kernel(const T* __restrict__ logits, const I*
   }
 }
 
-void check_stat(const char* op, const Tensor& logits, const Tensor& stat, const char* name) {
-  check_cuda_same(logits, stat, op, name);
-  BB_CHECK(stat.dim() == 1 && stat.size(0) == logits.size(0), op, ": ", name, " must be [", logits.size(0),
-           "], got ", shape_str(stat.shape()));
-  BB_CHECK(stat.dtype() == DType::F32, op, ": ", name, " must be float32 on CUDA, got ", dtype_name(stat.dtype()));
-}
-
 }  // namespace
 
 void logits_softmax_stats(const Tensor& logits, const Tensor& labels, int64_t vocab_start, Tensor& row_max,
                           Tensor& sumexp, Tensor& target_logit) {
   const char* op = "logits_softmax_stats";
-  check_cuda(logits, op, "logits");
-  BB_CHECK(logits.dim() == 2, op, ": logits must be [N, V], got ", shape_str(logits.shape()));
-  BB_CHECK(logits.size(0) <= INT32_MAX, op, ": too many rows (", logits.size(0), ")");
-  check_stat(op, logits, row_max, "row_max");
-  check_stat(op, logits, sumexp, "sumexp");
-  check_stat(op, logits, target_logit, "target_logit");
+  check_logits(op, logits);
+  check_row_stat(op, logits, row_max, "row_max");
+  check_row_stat(op, logits, sumexp, "sumexp");
+  check_row_stat(op, logits, target_logit, "target_logit");
   check_cuda_same(logits, labels, op, "labels");
   check_shape(labels, {logits.size(0)}, "logits_softmax_stats: labels");
   const int64_t rows = logits.size(0), v = logits.size(1);
