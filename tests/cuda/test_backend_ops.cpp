@@ -692,57 +692,40 @@ void cross_entropy_cases(std::vector<Case>& cases) {
 }
 
 void adamw_cases(std::vector<Case>& cases) {
-  for (int64_t n : {int64_t(4096), int64_t(1001)}) {
-    for (DType grad_dt : {DType::F32, DType::BF16}) {
-      std::string shape = fmt("n=%lld param f32 grad %s step=7", (long long)n, short_name(grad_dt));
-      cases.push_back({"adamw_step", shape, [=](Generator& gen) {
-                         Pair p = random_pair(gen, {n}, DType::F32);
-                         Pair g = random_pair(gen, {n}, grad_dt, 0.1);
-                         Pair m = random_pair(gen, {n}, DType::F32, 0.01);
-                         Pair v = random_pair(gen, {n}, DType::F32, 1e-4, 2e-4);
-                         ops::AdamWParams hp;
-                         hp.lr = 3e-4;
-                         hp.weight_decay = 0.1;
-                         hp.step = 7;
-                         hp.grad_scale = 0.8;
-                         cuda::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, hp);
-                         // The CPU takes one dtype; the grad values are already rounded.
-                         ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, hp);
-                         return std::vector<Check>{compare("param", p, kF32Bound), compare("exp_avg", m, kF32Bound),
-                                                   compare("exp_avg_sq", v, kF32Bound)};
-                       }});
-    }
-  }
-  // The storage dtypes of optimizer.*_dtype: the CPU op steps the same
+  // One AdamW step in the given storage dtypes; the CPU op steps the same
   // rounded values in the same dtypes. The kernels differ in one rounding
   // (CUDA multiplies by 1/sqrt(bc2), the CPU divides by sqrt(bc2)), which can
   // flip a rare bf16 rounding by one unit: a bf16 tensor gets the bf16 bound.
+  auto adamw_case = [&](int64_t n, DType p_dt, DType g_dt, DType m_dt, DType v_dt) {
+    std::string shape = fmt("n=%lld param %s grad %s exp_avg %s exp_avg_sq %s step=7", (long long)n,
+                            short_name(p_dt), short_name(g_dt), short_name(m_dt), short_name(v_dt));
+    cases.push_back({"adamw_step", shape, [=](Generator& gen) {
+                       Pair p = random_pair(gen, {n}, p_dt);
+                       Pair g = random_pair(gen, {n}, g_dt, 0.1);
+                       Pair m = random_pair(gen, {n}, m_dt, 0.01);
+                       Pair v = random_pair(gen, {n}, v_dt, 1e-4, 2e-4);
+                       for (Pair* t : {&p, &g, &m, &v}) t->cpu = t->cpu.to(t->gpu.dtype());
+                       ops::AdamWParams hp;
+                       hp.lr = 3e-4;
+                       hp.weight_decay = 0.1;
+                       hp.step = 7;
+                       hp.grad_scale = 0.8;
+                       cuda::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, hp);
+                       ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, hp);
+                       return std::vector<Check>{compare("param", p, bound_for(p_dt)),
+                                                 compare("exp_avg", m, bound_for(m_dt)),
+                                                 compare("exp_avg_sq", v, bound_for(v_dt))};
+                     }});
+  };
+  // fp32 state with an fp32 or bf16 gradient at a vectorised and a ragged length.
+  for (int64_t n : {int64_t(4096), int64_t(1001)})
+    for (DType g_dt : {DType::F32, DType::BF16}) adamw_case(n, DType::F32, g_dt, DType::F32, DType::F32);
+  // The storage dtypes of optimizer.*_dtype.
   for (DType p_dt : {DType::F32, DType::BF16})
     for (DType g_dt : {DType::F32, DType::BF16})
       for (DType m_dt : {DType::F32, DType::BF16})
-        for (DType v_dt : {DType::F32, DType::BF16}) {
-          if (p_dt == DType::F32 && m_dt == DType::F32 && v_dt == DType::F32) continue;   // the cases above
-          std::string shape = fmt("n=1001 param %s grad %s exp_avg %s exp_avg_sq %s step=7", short_name(p_dt),
-                                  short_name(g_dt), short_name(m_dt), short_name(v_dt));
-          cases.push_back({"adamw_step", shape, [=](Generator& gen) {
-                             const int64_t n = 1001;
-                             Pair p = random_pair(gen, {n}, p_dt);
-                             Pair g = random_pair(gen, {n}, g_dt, 0.1);
-                             Pair m = random_pair(gen, {n}, m_dt, 0.01);
-                             Pair v = random_pair(gen, {n}, v_dt, 1e-4, 2e-4);
-                             for (Pair* t : {&p, &g, &m, &v}) t->cpu = t->cpu.to(t->gpu.dtype());
-                             ops::AdamWParams hp;
-                             hp.lr = 3e-4;
-                             hp.weight_decay = 0.1;
-                             hp.step = 7;
-                             hp.grad_scale = 0.8;
-                             cuda::adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, hp);
-                             ops::adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, hp);
-                             return std::vector<Check>{compare("param", p, bound_for(p_dt)),
-                                                       compare("exp_avg", m, bound_for(m_dt)),
-                                                       compare("exp_avg_sq", v, bound_for(v_dt))};
-                           }});
-        }
+        for (DType v_dt : {DType::F32, DType::BF16})
+          if (p_dt != DType::F32 || m_dt != DType::F32 || v_dt != DType::F32) adamw_case(1001, p_dt, g_dt, m_dt, v_dt);
 }
 
 // The same values as `p.gpu` in a view that starts 2 bytes past the start of

@@ -114,12 +114,7 @@ void logits_row_max(const Tensor& logits, Tensor& row_max) {
 void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Tensor& labels, int64_t vocab_start,
                           Tensor& sumexp, Tensor& target_logit) {
   const char* op = "logits_sumexp_target";
-  check_logits(op, logits);
-  check_row_stat(op, logits, row_max, "row_max");
-  check_row_stat(op, logits, sumexp, "sumexp");
-  check_row_stat(op, logits, target_logit, "target_logit");
-  check_cuda_same(logits, labels, op, "labels");
-  check_shape(labels, {logits.size(0)}, "logits_sumexp_target: labels");
+  check_softmax_stats(op, logits, labels, row_max, sumexp, target_logit);
   const int64_t rows = logits.size(0), v = logits.size(1);
   if (rows == 0) return;
   BB_CHECK(v > 0, op, ": logits have no columns");

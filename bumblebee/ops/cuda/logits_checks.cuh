@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 
@@ -22,6 +23,18 @@ inline void check_row_stat(const char* op, const Tensor& ref, const Tensor& stat
   BB_CHECK(stat.dim() == 1 && stat.size(0) == ref.size(0), op, ": ", name, " must be [", ref.size(0), "], got ",
            shape_str(stat.shape()));
   BB_CHECK(stat.dtype() == DType::F32, op, ": ", name, " must be float32 on CUDA, got ", dtype_name(stat.dtype()));
+}
+
+// The softmax statistics' arguments (logits_sumexp_target, logits_softmax_stats):
+// one label, row max, sumexp and target logit a row of the logits.
+inline void check_softmax_stats(const char* op, const Tensor& logits, const Tensor& labels, const Tensor& row_max,
+                                const Tensor& sumexp, const Tensor& target_logit) {
+  check_logits(op, logits);
+  check_row_stat(op, logits, row_max, "row_max");
+  check_row_stat(op, logits, sumexp, "sumexp");
+  check_row_stat(op, logits, target_logit, "target_logit");
+  check_cuda_same(logits, labels, op, "labels");
+  check_shape(labels, {logits.size(0)}, (std::string(op) + ": labels").c_str());
 }
 
 }  // namespace bb::cuda

@@ -121,12 +121,7 @@ __global__ void softmax_stats_warp_kernel(const T* __restrict__ logits, const I*
 void logits_softmax_stats(const Tensor& logits, const Tensor& labels, int64_t vocab_start, Tensor& row_max,
                           Tensor& sumexp, Tensor& target_logit) {
   const char* op = "logits_softmax_stats";
-  check_logits(op, logits);
-  check_row_stat(op, logits, row_max, "row_max");
-  check_row_stat(op, logits, sumexp, "sumexp");
-  check_row_stat(op, logits, target_logit, "target_logit");
-  check_cuda_same(logits, labels, op, "labels");
-  check_shape(labels, {logits.size(0)}, "logits_softmax_stats: labels");
+  check_softmax_stats(op, logits, labels, row_max, sumexp, target_logit);
   const int64_t rows = logits.size(0), v = logits.size(1);
   if (rows == 0) return;
   BB_CHECK(v > 0, op, ": logits have no columns");
