@@ -720,12 +720,13 @@ void adamw_cases(std::vector<Case>& cases) {
   // fp32 state with an fp32 or bf16 gradient at a vectorised and a ragged length.
   for (int64_t n : {int64_t(4096), int64_t(1001)})
     for (DType g_dt : {DType::F32, DType::BF16}) adamw_case(n, DType::F32, g_dt, DType::F32, DType::F32);
-  // The storage dtypes of optimizer.*_dtype.
-  for (DType p_dt : {DType::F32, DType::BF16})
-    for (DType g_dt : {DType::F32, DType::BF16})
-      for (DType m_dt : {DType::F32, DType::BF16})
-        for (DType v_dt : {DType::F32, DType::BF16})
-          if (p_dt != DType::F32 || m_dt != DType::F32 || v_dt != DType::F32) adamw_case(1001, p_dt, g_dt, m_dt, v_dt);
+  // The storage dtypes of optimizer.*_dtype, each at a packed and a ragged length.
+  for (int64_t n : {int64_t(4096), int64_t(1001)})
+    for (DType p_dt : {DType::F32, DType::BF16})
+      for (DType g_dt : {DType::F32, DType::BF16})
+        for (DType m_dt : {DType::F32, DType::BF16})
+          for (DType v_dt : {DType::F32, DType::BF16})
+            if (p_dt != DType::F32 || m_dt != DType::F32 || v_dt != DType::F32) adamw_case(n, p_dt, g_dt, m_dt, v_dt);
 }
 
 // The same values as `p.gpu` in a view that starts 2 bytes past the start of

@@ -304,6 +304,9 @@ void perf_memory_bound() {
     report_bytes("adamw_step 256M fp32 (p, g, m, v)", median_ms([&] { cuda::adamw_step(p, g, m, v, hp); }),
                  28.0 * double(n));
     report_bytes("sum_squares 256M fp32 (one sync)", median_ms([&] { cuda::sum_squares(g); }), 4.0 * double(n));
+    Tensor m16 = Tensor::zeros({n}, DType::BF16, kGpu), v16 = Tensor::zeros({n}, DType::BF16, kGpu);
+    report_bytes("adamw_step 256M fp32 p, g; bf16 exp_avg, exp_avg_sq",
+                 median_ms([&] { cuda::adamw_step(p, g, m16, v16, hp); }), 20.0 * double(n));
   }
   {
     const int64_t vocab_local = 151936, n = 16384;

@@ -3,14 +3,18 @@
 // sequence through ragged offsets (element offsets built on the device from
 // cu_seqlens_q and cu_seqlens_kv), with per-sequence query and key lengths as
 // its padding mask and, for the causal mask, the diagonal aligned bottom-right
-// per sequence (equal to top-left where the lengths are equal). Forward writes
+// per sequence. Where every sequence's query and key lengths are equal (the
+// caller passed one cu_seqlens tensor for both: self-attention, the ring's
+// half-against-half partials) the diagonal is aligned top-left instead, the
+// same mask: cuDNN 9's engines for it run the backward 1.75x faster on Hopper
+// (benchmarks/NOTES.md, "cuDNN's causal alignment"). Forward writes
 // lse [Tq, Hq] directly as ragged stats; backward reads its stats in the padded
 // [S, Hq, max_seqlen_q] layout, filled from lse by a small kernel.
 //
 // A cuDNN graph is built (heuristics, plan compilation) once per shape and
 // cached: the number of sequences, max_seqlen_q and max_seqlen_kv rounded up
 // to a multiple of 64 (so nearby packings share a plan), heads, the q/k and v
-// head dims, mask, scale and device.
+// head dims, mask and its alignment, scale and device.
 //
 // Under deterministic mode (backend.deterministic, ops/deterministic.h) the
 // backward graph asks for cuDNN's deterministic algorithm (dQ summed without
@@ -101,6 +105,7 @@ std::vector<int64_t> thd_stride(int64_t heads, int64_t seqlen, int64_t dim) {
 struct Shape4 {
   int64_t seqs, seqlen_q, seqlen_kv, heads_q, heads_kv, dim_qk, dim_v;
   bool causal;
+  bool equal_lengths;   // every sequence's query and key lengths are equal: causal aligns top-left
   // q and dq; k and dk; v and dv; out and dout.
   std::vector<int64_t> q_dim() const { return thd_dim(seqs, heads_q, seqlen_q, dim_qk); }
   std::vector<int64_t> k_dim() const { return thd_dim(seqs, heads_kv, seqlen_kv, dim_qk); }
@@ -110,10 +115,13 @@ struct Shape4 {
   std::vector<int64_t> k_stride() const { return thd_stride(heads_kv, seqlen_kv, dim_qk); }
   std::vector<int64_t> v_stride() const { return thd_stride(heads_kv, seqlen_kv, dim_v); }
   std::vector<int64_t> o_stride() const { return thd_stride(heads_q, seqlen_q, dim_v); }
+  fe::DiagonalAlignment_t diagonal_alignment() const {
+    return equal_lengths ? fe::DiagonalAlignment_t::TOP_LEFT : fe::DiagonalAlignment_t::BOTTOM_RIGHT;
+  }
 };
 
-using Key =
-    std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, float, bool, bool>;
+using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float,
+                       bool, bool>;
 
 // A built graph; with autotune, `tuned` guards the one timing of its plans.
 struct CachedGraph {
@@ -195,7 +203,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cu
                      .set_padding_mask(true)
                      .set_seq_len_q(seq_lens(*g, "seq_len_q", kSeqLenQ, s.seqs))
                      .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs));
-  if (s.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT).set_diagonal_band_right_bound(0);
+  if (s.causal) options.set_diagonal_alignment(s.diagonal_alignment()).set_diagonal_band_right_bound(0);
   auto [o, stats] = g->sdpa(q, k, v, options);
   o->set_output(true)
       .set_uid(kO)
@@ -234,7 +242,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, c
                      .set_padding_mask(true)
                      .set_seq_len_q(seq_lens(*g, "seq_len_q", kSeqLenQ, s.seqs))
                      .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs));
-  if (s.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT).set_diagonal_band_right_bound(0);
+  if (s.causal) options.set_diagonal_alignment(s.diagonal_alignment()).set_diagonal_band_right_bound(0);
   if (deterministic) options.set_deterministic_algorithm(true);
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
   dq->set_output(true)
@@ -264,7 +272,7 @@ std::shared_ptr<CachedGraph> cached_graph(bool backward, const Shape4& s, float 
   // The forward has no order-dependent sum: one graph serves both modes.
   const bool deterministic = backward && ops::deterministic();
   const Key key{current_device(), backward, s.seqs, s.seqlen_q, s.seqlen_kv, s.heads_q, s.heads_kv, s.dim_qk,
-                s.dim_v, s.causal, scale, autotune, deterministic};
+                s.dim_v, s.causal, s.equal_lengths, scale, autotune, deterministic};
   std::lock_guard<std::mutex> lock(g_graphs_mutex);
   auto it = g_graphs.find(key);
   if (it == g_graphs.end()) {
@@ -279,9 +287,14 @@ std::shared_ptr<CachedGraph> cached_graph(bool backward, const Shape4& s, float 
 
 int64_t bucketed(int64_t max_seqlen) { return (max_seqlen + kSeqlenBucket - 1) / kSeqlenBucket * kSeqlenBucket; }
 
+// One cu_seqlens tensor for queries and keys means equal lengths in every
+// sequence, known on the host without reading the offsets back.
 Shape4 shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans) {
+  const bool equal_lengths = spans.cu_seqlens_q.raw() == spans.cu_seqlens_kv.raw() &&
+                             spans.cu_seqlens_q.numel() == spans.cu_seqlens_kv.numel() &&
+                             spans.max_seqlen_q == spans.max_seqlen_kv;
   return {spans.cu_seqlens_q.numel() - 1, bucketed(spans.max_seqlen_q), bucketed(spans.max_seqlen_kv),
-          q.size(1), k.size(1), q.size(2), v.size(2), spans.mask == ops::AttentionMask::Causal};
+          q.size(1), k.size(1), q.size(2), v.size(2), spans.mask == ops::AttentionMask::Causal, equal_lengths};
 }
 
 // Lengths and ragged offsets on the device: [S] int32 query and key lengths,
