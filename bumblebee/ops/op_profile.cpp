@@ -32,12 +32,16 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 std::string group_of(const std::string& op) {
   if (starts_with(op, "matmul")) return "gemm";
+  if (starts_with(op, "grouped_gemm")) return "grouped gemm";   // the MoE experts
+  if (starts_with(op, "moe_router")) return "router";
+  if (starts_with(op, "moe_")) return "moe dispatch";           // permute, unpermute, sort, row weights
   if (starts_with(op, "attention")) return "attention";
   if (starts_with(op, "nccl ")) return "communication";
   if (starts_with(op, "rmsnorm")) return "norm";
   if (starts_with(op, "logits_") || starts_with(op, "cross_entropy") || starts_with(op, "entropy")) return "cross entropy";
   if (starts_with(op, "embedding")) return "embedding";
-  if (starts_with(op, "adamw_step") || op == "sum_squares" || op == "count_zeros" || op == "all_finite" || op == "sum")
+  if (starts_with(op, "adamw_step") || starts_with(op, "sum_squares") || op == "count_zeros" || op == "all_finite" ||
+      op == "sum")
     return "optimizer";
   return "elementwise";   // swiglu, rope, add, add_, mul, scale_
 }

@@ -407,6 +407,15 @@ int64_t count_zeros(const Tensor& x) {
   BB_DISPATCH_CUDA(count_zeros, x);
 }
 
+SquaresAndZeros sum_squares_and_zeros(const Tensor& x) {
+  const char* op = "sum_squares_and_zeros";
+  if (common_device(op, {{x, "x"}}).is_cpu()) {
+    expect_cpu_float(op, {x, "x"});
+    BB_DISPATCH_CPU(sum_squares_and_zeros, x);
+  }
+  BB_DISPATCH_CUDA(sum_squares_and_zeros, x);
+}
+
 void dot(const Tensor& a, const Tensor& b, Tensor& out) {
   const char* op = "dot";
   const Device dev = common_device(op, {{a, "a"}, {b, "b"}, {out, "out"}});

@@ -86,6 +86,13 @@ void scatter_add_columns(const Tensor& dy, const ColumnIndex& index, Tensor& dx,
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);   // sum of x^2, accumulated in double (CPU) or fp32 blocks + double (CUDA)
 int64_t count_zeros(const Tensor& x);
+// The gradient-norm pass of the optimizer: sum_squares(x) and count_zeros(x)
+// from one read of x (each accumulated as the single ops accumulate it).
+struct SquaresAndZeros {
+  double sum_squares = 0.0;
+  int64_t zeros = 0;
+};
+SquaresAndZeros sum_squares_and_zeros(const Tensor& x);
 bool all_finite(const Tensor& x);
 // out [1] float64 = sum_i a_i * b_i, left on the device of a and b (no sync):
 // the loss of a microbatch (per-token loss . loss mask) stays on the device

@@ -365,6 +365,15 @@ void reduce_cases(std::vector<Case>& cases) {
                          return std::vector<Check>{compare_scalar("count", double(cuda::count_zeros(x.gpu)),
                                                                   double(ops::count_zeros(x.cpu)), 0.0)};
                        }});
+      cases.push_back({"sum_squares_and_zeros", shape, [=](Generator& gen) {
+                         Pair x = random_pair_with(gen, {n}, dt, [&](std::vector<double>& v) {
+                           for (size_t i = 0; i < v.size(); i += 3) v[i] = 0.0;
+                         });
+                         const ops::SquaresAndZeros gpu = cuda::sum_squares_and_zeros(x.gpu);
+                         return std::vector<Check>{
+                             compare_scalar("sum_squares", gpu.sum_squares, ops::sum_squares(x.cpu), kF32Bound),
+                             compare_scalar("zeros", double(gpu.zeros), double(ops::count_zeros(x.cpu)), 0.0)};
+                       }});
       for (bool poison : {false, true}) {
         cases.push_back({"all_finite", shape + (poison ? " with inf" : " finite"), [=](Generator& gen) {
                            Pair x = random_pair_with(gen, {n}, dt, [&](std::vector<double>& v) {

@@ -1,5 +1,5 @@
 // Tests of the host reductions on the CPU: sum and sum of squares (accumulated
-// in double), zero count and finiteness.
+// in double), zero count, both in one pass, and finiteness.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -52,10 +52,27 @@ TEST(OpsReduce, CountZerosAndAllFinite) {
   EXPECT_FALSE(ops::all_finite(Tensor::from_doubles({1e39}, {1}, DType::F32)));
 }
 
+TEST(OpsReduce, SquaresAndZerosInOnePassEqualTheSingleReductions) {
+  for (DType dt : {DType::F64, DType::F32}) {
+    Generator gen(37);
+    std::vector<double> v = test::random_tensor(gen, {11, 9}, DType::F64).to_doubles();
+    for (size_t i = 0; i < v.size(); i += 4) v[i] = 0.0;
+    const Tensor x = Tensor::from_doubles(v, {11, 9}, dt);
+    const ops::SquaresAndZeros both = ops::sum_squares_and_zeros(x);
+    EXPECT_EQ(both.sum_squares, ops::sum_squares(x));
+    EXPECT_EQ(both.zeros, ops::count_zeros(x));
+    EXPECT_EQ(both.zeros, 25);
+  }
+  const ops::SquaresAndZeros empty = ops::sum_squares_and_zeros(Tensor::zeros({0}, DType::F32));
+  EXPECT_EQ(empty.sum_squares, 0.0);
+  EXPECT_EQ(empty.zeros, 0);
+}
+
 TEST(OpsReduce, RejectsNonFloatingAndUndefined) {
   EXPECT_THROW(ops::sum(Tensor::zeros({3}, DType::I64)), Error);
   EXPECT_THROW(ops::count_zeros(Tensor::zeros({3}, DType::BF16)), Error);
   EXPECT_THROW(ops::sum_squares(Tensor()), Error);
+  EXPECT_THROW(ops::sum_squares_and_zeros(Tensor::zeros({3}, DType::I32)), Error);
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ void dropout_mask(Tensor& mask, uint64_t key, int64_t row_stride, int64_t col_of
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);
 int64_t count_zeros(const Tensor& x);
+ops::SquaresAndZeros sum_squares_and_zeros(const Tensor& x);
 void dot(const Tensor& a, const Tensor& b, Tensor& out);
 bool all_finite(const Tensor& x);
 

@@ -37,6 +37,19 @@ int64_t count_zeros(const Tensor& x) {
   return zeros;
 }
 
+ops::SquaresAndZeros sum_squares_and_zeros(const Tensor& x) {
+  ops::SquaresAndZeros r;
+  visit_float(x.dtype(), "sum_squares_and_zeros", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+      r.sum_squares += double(p[i]) * double(p[i]);
+      r.zeros += p[i] == T(0);
+    }
+  });
+  return r;
+}
+
 void dot(const Tensor& a, const Tensor& b, Tensor& out) {
   double total = 0.0;
   visit_float(a.dtype(), "dot", [&](auto tag) {

@@ -56,6 +56,7 @@ void scatter_add_columns(const Tensor& dy, const ops::ColumnIndex& index, Tensor
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);
 int64_t count_zeros(const Tensor& x);
+ops::SquaresAndZeros sum_squares_and_zeros(const Tensor& x);
 void dot(const Tensor& a, const Tensor& b, Tensor& out);
 bool all_finite(const Tensor& x);
 

@@ -217,18 +217,25 @@ void DistributedOptimizer::check_all_reported() const {
   for (const GroupState& g : groups_) g.reducer->check_all_reported();
 }
 
-double DistributedOptimizer::grad_norm_squared() {
+ops::SquaresAndZeros DistributedOptimizer::grad_norm_squared_and_zeros() {
   // Each element of a group's shard lives on one rank of the group's
   // communicator and one rank of the model-parallel groups that split it, so
   // the world sum counts it once, but for tp-replicated parameters, which
-  // every tp rank holds: those count on tp rank 0 only.
-  double local = 0;
+  // every tp rank holds: those count on tp rank 0 only (the zero count too,
+  // and never the bucket padding). One read of each shard gives both.
+  double squares = 0, zeros = 0;
   for (GroupState& g : groups_) {
     const Tensor& shard = g.reducer->reduced_grads();
-    local += ops::sum_squares(shard);
-    for (const auto& [b, e] : g.replicated_ranges) local -= ops::sum_squares(shard.narrow(b, e - b));
+    const ops::SquaresAndZeros whole = ops::sum_squares_and_zeros(shard);
+    squares += whole.sum_squares;
+    zeros += double(whole.zeros - g.padding_in_shard);
+    for (const auto& [b, e] : g.replicated_ranges) {
+      const ops::SquaresAndZeros replica = ops::sum_squares_and_zeros(shard.narrow(b, e - b));
+      squares -= replica.sum_squares;
+      zeros -= double(replica.zeros);
+    }
   }
-  return parallel_->world().all_reduce_scalar(local);
+  return {parallel_->world().all_reduce_scalar(squares), int64_t(parallel_->world().all_reduce_scalar(zeros))};
 }
 
 void DistributedOptimizer::all_gather_params(GroupState& g, const Tensor& param_shard) {
@@ -244,16 +251,9 @@ void DistributedOptimizer::all_gather_params(GroupState& g, const Tensor& param_
 
 OptimizerStepResult DistributedOptimizer::step(double lr) {
   OptimizerStepResult r;
-  r.grad_norm = std::sqrt(grad_norm_squared());
-  // Counted like the norm: each element once (not a tp-replicated parameter's
-  // copies off tp rank 0, nor a tied embedding's last-stage copy).
-  double zeros = 0;
-  for (GroupState& g : groups_) {
-    const Tensor& shard = g.reducer->reduced_grads();
-    zeros += double(ops::count_zeros(shard) - g.padding_in_shard);
-    for (const auto& [b, e] : g.replicated_ranges) zeros -= double(ops::count_zeros(shard.narrow(b, e - b)));
-  }
-  r.num_zeros_in_grad = int64_t(parallel_->world().all_reduce_scalar(zeros));
+  const ops::SquaresAndZeros stats = grad_norm_squared_and_zeros();
+  r.grad_norm = std::sqrt(stats.sum_squares);
+  r.num_zeros_in_grad = stats.zeros;
   if (!std::isfinite(r.grad_norm)) return r;   // skipped update: parameters and moments untouched
 
   ++step_;

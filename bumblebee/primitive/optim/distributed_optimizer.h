@@ -114,7 +114,8 @@ class DistributedOptimizer {
   void reload_master_from_params();
 
  private:
-  double grad_norm_squared();
+  // The squared global gradient norm and the zero count (each element once).
+  ops::SquaresAndZeros grad_norm_squared_and_zeros();
   void all_gather_params(GroupState& g, const Tensor& param_shard);
   dist::ParallelState* parallel_;
   AdamWConfig cfg_;
