@@ -216,6 +216,42 @@ void perf_attention(const std::string& backend, const std::string& gqa_expand, b
   }
 }
 
+// cuDNN's causal mask aligned top-left (queries and keys share one cu_seqlens
+// tensor, as in self-attention) against bottom-right (the same offsets in a
+// second tensor, as partial attention with unequal lengths passes them): the
+// same mask where every length is equal, different engines.
+void perf_cudnn_causal_alignment(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v, int64_t batch) {
+  EnvOverride env("BB_ATTENTION_BACKEND", "cudnn");
+  const int64_t seq = 4096, tokens = seq * batch;
+  std::vector<int64_t> cu;
+  for (int64_t s = 0; s <= batch; ++s) cu.push_back(s * seq);
+  const Tensor cu_q = index_gpu(cu, DType::I32), cu_kv = index_gpu(cu, DType::I32);
+  Tensor q = random_gpu({tokens, heads_q, dim_qk}, DType::BF16, 3),
+         k = random_gpu({tokens, heads_kv, dim_qk}, DType::BF16, 4),
+         v = random_gpu({tokens, heads_kv, dim_v}, DType::BF16, 5),
+         dout = random_gpu({tokens, heads_q, dim_v}, DType::BF16, 6);
+  Tensor out = Tensor::empty({tokens, heads_q, dim_v}, DType::BF16, kGpu);
+  Tensor lse = Tensor::empty({tokens, heads_q}, DType::F32, kGpu);
+  Tensor dq = Tensor::empty(q.shape(), DType::BF16, kGpu), dk = Tensor::empty(k.shape(), DType::BF16, kGpu),
+         dv = Tensor::empty(v.shape(), DType::BF16, kGpu);
+  const double scale = 1.0 / std::sqrt(double(dim_qk));
+  const double fwd_flops =
+      double(batch) * 2.0 * double(seq) * double(seq) * double(dim_qk + dim_v) * double(heads_q) / 2.0;
+  const std::string shape = fmt("seq=%lld x %lld Hq=%lld Hkv=%lld D=%lld/%lld causal", (long long)seq,
+                                (long long)batch, (long long)heads_q, (long long)heads_kv, (long long)dim_qk,
+                                (long long)dim_v);
+  for (bool top_left : {true, false}) {
+    const ops::AttentionSpans spans{cu_q, top_left ? cu_q : cu_kv, seq, seq, ops::AttentionMask::Causal};
+    const std::string label = top_left ? "[cudnn top-left] " : "[cudnn bottom-right] ";
+    report_flops("attention_forward" + label + shape,
+                 median_ms([&] { cuda::attention_forward(q, k, v, spans, scale, out, lse); }), fwd_flops);
+    report_flops("attention_backward" + label + shape, median_ms([&] {
+                   cuda::attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+                 }),
+                 2.5 * fwd_flops);
+  }
+}
+
 void perf_memory_bound() {
   const int64_t rows = 16384, hidden = 4096, ffn = 11008, vocab = 151936, heads = 16, dim = 128;
   {
@@ -445,6 +481,11 @@ int run_perf() {
       for (const char* expand : {"0", "1"}) perf_attention(backend, expand, autotune, 32, 4, 128, 128, 2, 2);
       perf_attention(backend, "", autotune, 128, 128, 192, 128, 1, 1);
     }
+  }
+  if (cuda::cudnn_attention_built()) {
+    perf_cudnn_causal_alignment(16, 8, 128, 128, 2);
+    perf_cudnn_causal_alignment(32, 4, 128, 128, 2);
+    perf_cudnn_causal_alignment(128, 128, 192, 128, 1);
   }
   perf_memory_bound();
   perf_column_gather();
