@@ -3,6 +3,8 @@
 # named on the command line (default: harness fixtures bench):
 #   harness   CUDA-vs-CPU op harness (tests/cuda), forward and backward
 #   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py; PERF_SDPA=0 skips it)
+#   cudnn_variants  cuDNN SDPA backward by graph variant (benchmarks/cudnn_sdpa_variants.cu: ragged or dense, padding
+#             mask, causal alignment, layout) with the system cuDNN and with PyTorch's
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers
 #   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096; BENCH_MODELS picks);
 #             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op;
@@ -57,7 +59,7 @@
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
 # Stages bench, offload, optoff, moe_bench, longctx, sft, export, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
-# peers and baseline alone skip building bb.
+# peers, baseline and cudnn_variants alone skip building bb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # What comes back from a device call: $OUT/summary.txt (everything printed) and
@@ -93,7 +95,7 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 # Stages that run only the PyTorch peers need no build of bb.
 needs_bb=0
-for stage in $stages; do case $stage in peers|baseline) ;; *) needs_bb=1 ;; esac; done
+for stage in $stages; do case $stage in peers|baseline|cudnn_variants) ;; *) needs_bb=1 ;; esac; done
 if [ $needs_bb = 1 ]; then
   t0=$(date +%s)
   python_cfg=""
@@ -155,6 +157,14 @@ for stage in $stages; do
     perf)
       timeout 200 $bin/bb_cuda_ops --perf 2>&1 | tee "$LOGS/perf.log" | grep -v "^$"
       [ "${PERF_SDPA:-1}" = 1 ] && timeout 150 $py benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$LOGS/sdpa.log" ;;
+    cudnn_variants)
+      /usr/local/cuda/bin/nvcc -std=c++17 -O2 -arch=sm_90 -Ithird_party/cudnn-frontend/include \
+        benchmarks/cudnn_sdpa_variants.cu -o "$LOGS/cudnn_sdpa_variants" -lcudnn -lnvrtc > "$LOGS/cudnn_variants_build.log" 2>&1 ||
+        { grep -E "error" "$LOGS/cudnn_variants_build.log" | head -20; continue; }
+      timeout 200 "$LOGS/cudnn_sdpa_variants" 2>&1 | tee "$LOGS/cudnn_variants_system.log"
+      torch_cudnn=$(dirname "$(find /opt/torch/.venv/lib -name 'libcudnn.so.9*' 2>/dev/null | head -1)")
+      [ "$torch_cudnn" != . ] && LD_LIBRARY_PATH=$torch_cudnn:${LD_LIBRARY_PATH:-} timeout 200 "$LOGS/cudnn_sdpa_variants" 2>&1 |
+        tee "$LOGS/cudnn_variants_torch.log" ;;
     fixtures)
       for f in ${FIXTURES:-qwen3_gqa qwen3_mha_sharded qwen3_tp llama3_gqa llama3_tied_f16 qwen3_moe_experts qwen3_moe_fused qwen3_moe_mixed}; do
         d=tests/fixtures/$f

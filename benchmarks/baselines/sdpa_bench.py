@@ -1,7 +1,8 @@
 """PyTorch SDPA baseline for our attention kernels (issue 3): causal GQA attention at seq 4096,
-16 query / 8 kv heads, head_dim 128, batch 1..4, bf16, timed with CUDA events (median of 20 after 5
-warm-ups), for SDPA's cuDNN and flash backends. FLOPs as in tests/cuda/test_backend_ops_perf.cpp:
-forward 4 * seq^2 * D * Hq / 2 per sequence (causal), backward 2.5x forward.
+head_dim 128, bf16: 16 query / 8 kv heads (Qwen3-0.6B / 1.7B) at batch 1..4, 32 / 4 (Qwen3-30B-A3B)
+and 32 / 8 (Qwen3-8B) at batch 2; timed with CUDA events (median of 20 after 5 warm-ups), for SDPA's
+cuDNN and flash backends. FLOPs as in tests/cuda/test_backend_ops_perf.cpp: forward
+4 * seq^2 * D * Hq / 2 per sequence (causal), backward 2.5x forward.
 
 Run on one GPU:  python3 benchmarks/baselines/sdpa_bench.py
 """
@@ -24,10 +25,13 @@ def median_ms(fn, warmup=5, reps=20):
     return sorted(times)[len(times) // 2]
 
 
+SHAPES = [(batch, 16, 8) for batch in range(1, 5)] + [(2, 32, 4), (2, 32, 8)]   # (batch, Hq, Hkv)
+
+
 def main():
-    seq, hq, hkv, d = 4096, 16, 8, 128
+    seq, d = 4096, 128
     for name, backend in [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]:
-        for batch in range(1, 5):
+        for batch, hq, hkv in SHAPES:
             q = torch.randn(batch, hq, seq, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             k = torch.randn(batch, hkv, seq, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             v = torch.randn(batch, hkv, seq, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -38,7 +42,7 @@ def main():
                 out = fwd()
                 t_fwd = median_ms(fwd)
                 t_bwd = median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
-            print(f"sdpa[{name}] seq={seq} x {batch} Hq=16 Hkv=8 D=128 causal: forward {t_fwd:.3f} ms "
+            print(f"sdpa[{name}] seq={seq} x {batch} Hq={hq} Hkv={hkv} D={d} causal: forward {t_fwd:.3f} ms "
                   f"{fwd_flops / t_fwd / 1e9:.1f} TFLOP/s, backward {t_bwd:.3f} ms {2.5 * fwd_flops / t_bwd / 1e9:.1f} TFLOP/s")
 
 

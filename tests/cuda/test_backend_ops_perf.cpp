@@ -169,13 +169,63 @@ void perf_grouped_gemm() {
   }
 }
 
-// Causal attention over `batch` sequences of 4096 tokens, for each batch from
-// first_batch to last_batch; dim_v differs from dim_qk in multi-head latent
-// attention (DeepSeek-V3: 192 / 128). A non-empty `gqa_expand` runs the
-// backward under BB_ATTENTION_GQA_EXPAND=`gqa_expand` (the forward, which the
-// variable does not change, is timed only when it is not "1"); `autotune`
-// runs cuDNN under BB_CUDNN_ATTENTION_AUTOTUNE=1 (its timing of every engine
-// configuration happens in the warm-up runs).
+// The operands of one causal attention call over `batch` sequences of 4096
+// tokens (random q, k, v, dout; out, lse, dq, dk, dv allocated), its offsets,
+// scale, forward FLOPs (Q K^T and P V, 2 flops per multiply-add, the causal
+// half) and the shape as the perf lines print it.
+struct AttentionBench {
+  static constexpr int64_t kSeq = 4096;
+  Tensor cu_seqlens, q, k, v, dout, out, lse, dq, dk, dv;
+  double scale, fwd_flops;
+  std::string shape;
+
+  AttentionBench(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v) {
+    const int64_t tokens = kSeq * batch;
+    std::vector<int64_t> cu;
+    for (int64_t s = 0; s <= batch; ++s) cu.push_back(s * kSeq);
+    cu_seqlens = index_gpu(cu, DType::I32);
+    q = random_gpu({tokens, heads_q, dim_qk}, DType::BF16, 3);
+    k = random_gpu({tokens, heads_kv, dim_qk}, DType::BF16, 4);
+    v = random_gpu({tokens, heads_kv, dim_v}, DType::BF16, 5);
+    dout = random_gpu({tokens, heads_q, dim_v}, DType::BF16, 6);
+    out = Tensor::empty({tokens, heads_q, dim_v}, DType::BF16, kGpu);
+    lse = Tensor::empty({tokens, heads_q}, DType::F32, kGpu);
+    dq = Tensor::empty(q.shape(), DType::BF16, kGpu);
+    dk = Tensor::empty(k.shape(), DType::BF16, kGpu);
+    dv = Tensor::empty(v.shape(), DType::BF16, kGpu);
+    scale = 1.0 / std::sqrt(double(dim_qk));
+    fwd_flops = double(batch) * 2.0 * double(kSeq) * double(kSeq) * double(dim_qk + dim_v) * double(heads_q) / 2.0;
+    const std::string dims = dim_qk == dim_v ? fmt("D=%lld", (long long)dim_qk)
+                                             : fmt("D=%lld/%lld", (long long)dim_qk, (long long)dim_v);
+    shape = fmt("seq=%lld x %lld Hq=%lld Hkv=%lld %s causal", (long long)kSeq, (long long)batch,
+                (long long)heads_q, (long long)heads_kv, dims.c_str());
+  }
+
+  // Times the forward and the backward over `spans` under `label`; the
+  // forward runs untimed when time_forward is false (the backward reads a real
+  // out and lse).
+  void report(const std::string& label, const ops::AttentionSpans& spans, bool time_forward = true) {
+    const auto forward = [&] { cuda::attention_forward(q, k, v, spans, scale, out, lse); };
+    if (time_forward) report_flops("attention_forward[" + label + "] " + shape, median_ms(forward), fwd_flops);
+    else forward();
+    report_flops("attention_backward[" + label + "] " + shape, median_ms([&] {
+                   cuda::attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+                 }),
+                 2.5 * fwd_flops);
+  }
+
+  ops::AttentionSpans self_spans() const {
+    return {cu_seqlens, cu_seqlens, kSeq, kSeq, ops::AttentionMask::Causal};
+  }
+};
+
+// Causal self-attention for each batch from first_batch to last_batch; dim_v
+// differs from dim_qk in multi-head latent attention (DeepSeek-V3: 192 / 128).
+// A non-empty `gqa_expand` runs the backward under
+// BB_ATTENTION_GQA_EXPAND=`gqa_expand` (the forward, which the variable does
+// not change, is timed only when it is not "1"); `autotune` runs cuDNN under
+// BB_CUDNN_ATTENTION_AUTOTUNE=1 (its timing of every engine configuration
+// happens in the warm-up runs).
 void perf_attention(const std::string& backend, const std::string& gqa_expand, bool autotune, int64_t heads_q,
                     int64_t heads_kv, int64_t dim_qk, int64_t dim_v, int64_t first_batch, int64_t last_batch) {
   EnvOverride env("BB_ATTENTION_BACKEND", backend);
@@ -184,35 +234,9 @@ void perf_attention(const std::string& backend, const std::string& gqa_expand, b
   if (autotune) tune.emplace("BB_CUDNN_ATTENTION_AUTOTUNE", "1");
   const std::string label = backend + (gqa_expand.empty() ? "" : " gqa_expand=" + gqa_expand) +
                             (autotune ? " autotune" : "");
-  const int64_t seq = 4096;
   for (int64_t batch = first_batch; batch <= last_batch; ++batch) {
-    const int64_t tokens = seq * batch;
-    std::vector<int64_t> cu;
-    for (int64_t s = 0; s <= batch; ++s) cu.push_back(s * seq);
-    Tensor cu_seqlens = index_gpu(cu, DType::I32);
-    Tensor q = random_gpu({tokens, heads_q, dim_qk}, DType::BF16, 3),
-           k = random_gpu({tokens, heads_kv, dim_qk}, DType::BF16, 4),
-           v = random_gpu({tokens, heads_kv, dim_v}, DType::BF16, 5),
-           dout = random_gpu({tokens, heads_q, dim_v}, DType::BF16, 6);
-    Tensor out = Tensor::empty({tokens, heads_q, dim_v}, DType::BF16, kGpu);
-    Tensor lse = Tensor::empty({tokens, heads_q}, DType::F32, kGpu);
-    Tensor dq = Tensor::empty(q.shape(), DType::BF16, kGpu), dk = Tensor::empty(k.shape(), DType::BF16, kGpu),
-           dv = Tensor::empty(v.shape(), DType::BF16, kGpu);
-    const double scale = 1.0 / std::sqrt(double(dim_qk));
-    // Q K^T and P V, 2 flops per multiply-add, the causal half.
-    const double fwd_flops =
-        double(batch) * 2.0 * double(seq) * double(seq) * double(dim_qk + dim_v) * double(heads_q) / 2.0;
-    const std::string dims = dim_qk == dim_v ? fmt("D=%lld", (long long)dim_qk)
-                                             : fmt("D=%lld/%lld", (long long)dim_qk, (long long)dim_v);
-    const std::string shape = fmt("seq=%lld x %lld Hq=%lld Hkv=%lld %s causal", (long long)seq, (long long)batch,
-                                  (long long)heads_q, (long long)heads_kv, dims.c_str());
-    const auto forward = [&] { cuda::attention_forward(q, k, v, cu_seqlens, seq, scale, out, lse); };
-    if (gqa_expand != "1") report_flops("attention_forward[" + label + "] " + shape, median_ms(forward), fwd_flops);
-    else forward();  // the backward reads a real out and lse
-    report_flops("attention_backward[" + label + "] " + shape, median_ms([&] {
-                   cuda::attention_backward(dout, q, k, v, out, lse, cu_seqlens, seq, scale, dq, dk, dv);
-                 }),
-                 2.5 * fwd_flops);
+    AttentionBench bench(batch, heads_q, heads_kv, dim_qk, dim_v);
+    bench.report(label, bench.self_spans(), gqa_expand != "1");
   }
 }
 
@@ -222,34 +246,11 @@ void perf_attention(const std::string& backend, const std::string& gqa_expand, b
 // same mask where every length is equal, different engines.
 void perf_cudnn_causal_alignment(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v, int64_t batch) {
   EnvOverride env("BB_ATTENTION_BACKEND", "cudnn");
-  const int64_t seq = 4096, tokens = seq * batch;
-  std::vector<int64_t> cu;
-  for (int64_t s = 0; s <= batch; ++s) cu.push_back(s * seq);
-  const Tensor cu_q = index_gpu(cu, DType::I32), cu_kv = index_gpu(cu, DType::I32);
-  Tensor q = random_gpu({tokens, heads_q, dim_qk}, DType::BF16, 3),
-         k = random_gpu({tokens, heads_kv, dim_qk}, DType::BF16, 4),
-         v = random_gpu({tokens, heads_kv, dim_v}, DType::BF16, 5),
-         dout = random_gpu({tokens, heads_q, dim_v}, DType::BF16, 6);
-  Tensor out = Tensor::empty({tokens, heads_q, dim_v}, DType::BF16, kGpu);
-  Tensor lse = Tensor::empty({tokens, heads_q}, DType::F32, kGpu);
-  Tensor dq = Tensor::empty(q.shape(), DType::BF16, kGpu), dk = Tensor::empty(k.shape(), DType::BF16, kGpu),
-         dv = Tensor::empty(v.shape(), DType::BF16, kGpu);
-  const double scale = 1.0 / std::sqrt(double(dim_qk));
-  const double fwd_flops =
-      double(batch) * 2.0 * double(seq) * double(seq) * double(dim_qk + dim_v) * double(heads_q) / 2.0;
-  const std::string shape = fmt("seq=%lld x %lld Hq=%lld Hkv=%lld D=%lld/%lld causal", (long long)seq,
-                                (long long)batch, (long long)heads_q, (long long)heads_kv, (long long)dim_qk,
-                                (long long)dim_v);
-  for (bool top_left : {true, false}) {
-    const ops::AttentionSpans spans{cu_q, top_left ? cu_q : cu_kv, seq, seq, ops::AttentionMask::Causal};
-    const std::string label = top_left ? "[cudnn top-left] " : "[cudnn bottom-right] ";
-    report_flops("attention_forward" + label + shape,
-                 median_ms([&] { cuda::attention_forward(q, k, v, spans, scale, out, lse); }), fwd_flops);
-    report_flops("attention_backward" + label + shape, median_ms([&] {
-                   cuda::attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
-                 }),
-                 2.5 * fwd_flops);
-  }
+  AttentionBench bench(batch, heads_q, heads_kv, dim_qk, dim_v);
+  const Tensor cu_kv = bench.cu_seqlens.clone();
+  bench.report("cudnn top-left", bench.self_spans());
+  bench.report("cudnn bottom-right", {bench.cu_seqlens, cu_kv, AttentionBench::kSeq, AttentionBench::kSeq,
+                                      ops::AttentionMask::Causal});
 }
 
 void perf_memory_bound() {
