@@ -6,7 +6,8 @@
 #   cudnn_variants  cuDNN SDPA backward by graph variant (benchmarks/cudnn_sdpa_variants.cu: ragged or dense, padding
 #             mask, causal alignment, layout) with the system cuDNN and with PyTorch's
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers
-#   bench     bb-bench on the Qwen3-0.6B and Qwen3-1.7B architectures (seq 4096; BENCH_MODELS picks);
+#   bench     bb-bench on the Qwen3-0.6B, Qwen3-1.7B and Qwen3-8B (12 layers) architectures (seq 4096; BENCH_MODELS
+#             picks, NAME:L for the first L layers);
 #             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op;
 #             BENCH_VARIANTS="base NAME ..." runs each with BENCH_ARGS_NAME's extra keys (also moe_bench)
 #   longctx   long context on one GPU: the Qwen3-1.7B architecture, one sequence per step, at seq 32768 and
@@ -228,11 +229,14 @@ PY
         record_json "$LOGS/optoff_$f.json" bb
       done ;;
     bench)
-      for m in ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b}; do
+      # NAME:L cuts configs/NAME to its first L layers (issue 18's Qwen3-8B row: qwen3-8b:12).
+      for entry in ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b qwen3-8b:12}; do
+        m=${entry%%:*}; layers=""; [ "$entry" != "$m" ] && layers=${entry#*:}
         for rc in ${BB_RECOMPUTE:-none}; do
           for v in ${BENCH_VARIANTS:-base}; do
-            n=${m}_${rc}$(variant_suffix $v)
-            timeout 300 $bin/bb-bench hf_path=configs/$m backend.device=cuda bench.seq_len=4096 bench.micro_batch_size=2 \
+            n=${m}${layers:+_${layers}l}_${rc}$(variant_suffix $v)
+            timeout 300 $bin/bb-bench hf_path=configs/$m ${layers:+bench.truncate_layers=$layers} backend.device=cuda \
+              bench.seq_len=4096 bench.micro_batch_size=2 \
               bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 backend.recompute=$rc \
               bench.profile_steps=${BENCH_PROFILE:-0} $(variant_args $v) output_json="$LOGS/bench_$n.json" > "$LOGS/bench_$n.log" 2>&1
             echo "bench $n $(variant_args $v)"
