@@ -5,7 +5,8 @@
 #   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py; PERF_SDPA=0 skips it)
 #   cudnn_variants  cuDNN SDPA backward by graph variant (benchmarks/cudnn_sdpa_variants.cu: ragged or dense, padding
 #             mask, causal alignment, layout) with the system cuDNN and with PyTorch's
-#   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers
+#   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers; FIXTURE_ARGS adds keys (e.g.
+#             optimizer.main_grads_dtype=bf16)
 #   bench     bb-bench on the Qwen3-0.6B, Qwen3-1.7B and Qwen3-8B (12 layers) architectures (seq 4096; BENCH_MODELS
 #             picks, NAME:L for the first L layers);
 #             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op;
@@ -170,7 +171,8 @@ for stage in $stages; do
       for f in ${FIXTURES:-qwen3_gqa qwen3_mha_sharded qwen3_tp llama3_gqa llama3_tied_f16 qwen3_moe_experts qwen3_moe_fused qwen3_moe_mixed}; do
         d=tests/fixtures/$f
         timeout 60 $bin/bb-correctness hf_path=$d tokens=$d/tokens.json backend.device=cuda steps=5 optimizer.lr=0.01 \
-          optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.weight_decay=0.1 > "$LOGS/fix_$f.json" 2> "$LOGS/fix_$f.err"
+          optimizer.adam_beta1=0.9 optimizer.adam_beta2=0.95 optimizer.weight_decay=0.1 ${FIXTURE_ARGS:-} \
+          > "$LOGS/fix_$f.json" 2> "$LOGS/fix_$f.err"
         python3 - "$d/reference.json" "$LOGS/fix_$f.json" "$f" "$LOGS/fix_$f.err" <<'PY'
 import json, sys
 ref = json.load(open(sys.argv[1]))

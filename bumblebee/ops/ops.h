@@ -104,7 +104,8 @@ void dot(const Tensor& a, const Tensor& b, Tensor& out);
 // Rows whose id falls outside [vocab_start, vocab_start + V_local) are zero,
 // which makes the op vocab-parallel: the full row is the sum over TP ranks.
 // CUDA: out has weight's dtype, or is float32 with a bfloat16 weight (rows
-// converted exactly); grad_out bfloat16 or float32; grad_weight float32.
+// converted exactly); grad_out bfloat16 or float32; grad_weight float32, or
+// bfloat16 (bf16 gradient buffers: each id's rows summed in fp32, then added once).
 void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_start, Tensor& out);
 void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start, Tensor& grad_weight);
 
@@ -113,7 +114,8 @@ void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab
 // y = w * (x * rstd), with x*rstd rounded to x's dtype before the weight
 // multiply, as HF transformers does.
 // CUDA: y and dy have w's dtype, dx has x's; x may be float32 with w bfloat16
-// (the rounding above is then the identity); rstd and dw are float32.
+// (the rounding above is then the identity); rstd is float32, dw float32 or
+// bfloat16 (the fp32 column sums added to it, then rounded once).
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                       Tensor& dw);

@@ -171,14 +171,13 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.parallel = st->context;
   ctx.device = device_;
   ctx.dtype = resolve_dtype(cfg_.backend == "ref" && bcfg.dtype == "auto" ? "float64" : bcfg.dtype, device_);
-  ctx.grad_dtype = ctx.dtype == DType::BF16 ? DType::F32 : ctx.dtype;
-  // bf16 gradient buffers need every backward that accumulates a weight
-  // gradient (linear and grouped-expert dW, embedding, norms, head, router,
-  // LoRA) to take a bf16 destination on both backends; until each is checked
-  // the choice is refused rather than risked.
-  BB_CHECK(bcfg.optimizer.main_grads_dtype == "fp32", "optimizer.main_grads_dtype=",
-           bcfg.optimizer.main_grads_dtype, " is not built yet: the gradient buffers are ", dtype_name(ctx.grad_dtype),
-           "; use optimizer.main_grads_dtype=fp32 (the bf16 moments and bf16 main params work without it)");
+  // bf16 gradient buffers (torchtitan's and Megatron's --main-grads-dtype
+  // bf16): every weight-gradient backward accumulates into its destination's
+  // dtype with fp32 arithmetic, rounding once per microbatch.
+  const bool bf16_grads = bcfg.optimizer.main_grads_dtype == "bf16";
+  BB_CHECK(!bf16_grads || ctx.dtype == DType::BF16, "optimizer.main_grads_dtype=bf16 needs bf16 parameters, but ",
+           "they are ", dtype_name(ctx.dtype), " (the float32/float64 paths keep their gradients in the parameter dtype)");
+  ctx.grad_dtype = ctx.dtype == DType::BF16 && !bf16_grads ? DType::F32 : ctx.dtype;
   ctx.residual_dtype = bcfg.fp32_residual_connection && ctx.dtype == DType::BF16 ? DType::F32 : ctx.dtype;
   ctx.recompute = parse_recompute(bcfg.recompute, bcfg.recompute_modules, bcfg.recompute_method,
                                   bcfg.recompute_num_layers);

@@ -413,15 +413,21 @@ void embedding_cases(std::vector<Case>& cases) {
                          return std::vector<Check>{compare("out", out, 0.0)};
                        }});
     }
+    // grad_weight float32, or bfloat16 (optimizer.main_grads_dtype=bf16: each
+    // id's fp32 sum rounded once into the row).
     for (DType grad_dt : {DType::BF16, DType::F32}) {
-      cases.push_back({"embedding_backward", shape + fmt(" grad_out=%s", short_name(grad_dt)), [=](Generator& gen) {
-                         Pair grad_out = random_pair(gen, {e.rows, e.hidden}, grad_dt);
-                         Pair ids = draw_ids(gen);
-                         Pair grad_w = random_pair(gen, {e.vocab_local, e.hidden}, DType::F32);
-                         cuda::embedding_backward(grad_out.gpu, ids.gpu, e.vocab_start, grad_w.gpu);
-                         ops::embedding_backward(grad_out.cpu, ids.cpu, e.vocab_start, grad_w.cpu);
-                         return std::vector<Check>{compare("grad_weight", grad_w, kF32Bound)};
-                       }});
+      for (DType weight_grad_dt : {DType::F32, DType::BF16}) {
+        cases.push_back({"embedding_backward",
+                         shape + fmt(" grad_out=%s grad_weight=%s", short_name(grad_dt), short_name(weight_grad_dt)),
+                         [=](Generator& gen) {
+                           Pair grad_out = random_pair(gen, {e.rows, e.hidden}, grad_dt);
+                           Pair ids = draw_ids(gen);
+                           Pair grad_w = random_pair(gen, {e.vocab_local, e.hidden}, weight_grad_dt);
+                           cuda::embedding_backward(grad_out.gpu, ids.gpu, e.vocab_start, grad_w.gpu);
+                           ops::embedding_backward(grad_out.cpu, ids.cpu, e.vocab_start, grad_w.cpu);
+                           return std::vector<Check>{compare("grad_weight", grad_w, bound_for(weight_grad_dt))};
+                         }});
+      }
     }
   }
 }
@@ -447,25 +453,29 @@ void rmsnorm_cases(std::vector<Case>& cases) {
                          return std::vector<Check>{compare("y", y, bound_for(w_dt)),
                                                    compare("rstd", rstd, kF32Bound)};
                        }});
-      cases.push_back({"rmsnorm_backward", shape, [=](Generator& gen) {
-                         Pair x = random_pair(gen, {rows, n}, x_dt);
-                         Pair w = random_pair(gen, {n}, w_dt, 0.2, 1.0);
-                         Pair dy = random_pair(gen, {rows, n}, w_dt);
-                         // rstd from the CPU forward, the same values on both sides.
-                         Tensor y_cpu = Tensor::empty({rows, n}, DType::F32),
-                                rstd_cpu = Tensor::empty({rows}, DType::F32);
-                         ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
-                         Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
-                         Pair dx = output_pair({rows, n}, x_dt);
-                         Pair dw = random_pair(gen, {n}, DType::F32);
-                         cuda::rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, dx.gpu, dw.gpu);
-                         ops::rmsnorm_backward(dy.cpu, x.cpu, w.cpu, rstd.cpu, dx.cpu, dw.cpu);
-                         // dw sums dy * xhat with xhat rounded to x's dtype (as HF does);
-                         // for a bf16 x the float32 oracle does not round: a bf16-sized
-                         // difference.
-                         return std::vector<Check>{compare("dx", dx, bound_for(x_dt)),
-                                                   compare("dw", dw, bound_for(x_dt))};
-                       }});
+      // dw float32, or bfloat16 beside bfloat16 weights (optimizer.main_grads_dtype=bf16).
+      for (DType dw_dt : {DType::F32, DType::BF16}) {
+        if (dw_dt == DType::BF16 && w_dt != DType::BF16) continue;
+        cases.push_back({"rmsnorm_backward", shape + fmt(" dw=%s", short_name(dw_dt)), [=](Generator& gen) {
+                           Pair x = random_pair(gen, {rows, n}, x_dt);
+                           Pair w = random_pair(gen, {n}, w_dt, 0.2, 1.0);
+                           Pair dy = random_pair(gen, {rows, n}, w_dt);
+                           // rstd from the CPU forward, the same values on both sides.
+                           Tensor y_cpu = Tensor::empty({rows, n}, DType::F32),
+                                  rstd_cpu = Tensor::empty({rows}, DType::F32);
+                           ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
+                           Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
+                           Pair dx = output_pair({rows, n}, x_dt);
+                           Pair dw = random_pair(gen, {n}, dw_dt);
+                           cuda::rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, dx.gpu, dw.gpu);
+                           ops::rmsnorm_backward(dy.cpu, x.cpu, w.cpu, rstd.cpu, dx.cpu, dw.cpu);
+                           // dw sums dy * xhat with xhat rounded to x's dtype (as HF does);
+                           // for a bf16 x the float32 oracle does not round: a bf16-sized
+                           // difference.
+                           return std::vector<Check>{compare("dx", dx, bound_for(x_dt)),
+                                                     compare("dw", dw, bound_for(dw_dt == DType::BF16 ? dw_dt : x_dt))};
+                         }});
+      }
     }
   }
 }

@@ -1,6 +1,6 @@
 // The optimizer precision keys at the runtime: on the CPU runtime (float32
-// or float64 parameters) a bf16 state choice is an error naming its key, and
-// optimizer.main_grads_dtype=bf16, not built yet, says so.
+// or float64 parameters) a bf16 state or gradient choice is an error naming
+// its key.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -39,9 +39,10 @@ TEST(OptimizerPrecision, Bf16StateOnTheCpuRuntimeNamesTheKey) {
   }
 }
 
-TEST(OptimizerPrecision, Bf16MainGradsIsRefusedAsNotBuiltYet) {
-  expect_build_error([](OptimizerConfig& o) { o.main_grads_dtype = "bf16"; }, "float32",
-                     "optimizer.main_grads_dtype=bf16 is not built yet");
+TEST(OptimizerPrecision, Bf16MainGradsOnTheCpuRuntimeNamesTheKey) {
+  for (const std::string dtype : {"float32", "float64"})
+    expect_build_error([](OptimizerConfig& o) { o.main_grads_dtype = "bf16"; }, dtype,
+                       "optimizer.main_grads_dtype=bf16 needs bf16 parameters");
 }
 
 }  // namespace

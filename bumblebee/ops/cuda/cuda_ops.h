@@ -61,12 +61,12 @@ void dot(const Tensor& a, const Tensor& b, Tensor& out);
 bool all_finite(const Tensor& x);
 
 // embedding.cu. weight and out bfloat16 or float32 (same), or out float32 with
-// weight bfloat16; grad_out bfloat16 or float32; grad_weight float32.
+// weight bfloat16; grad_out bfloat16 or float32; grad_weight float32 or bfloat16.
 void embedding_forward(const Tensor& weight, const Tensor& ids, int64_t vocab_start, Tensor& out);
 void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start, Tensor& grad_weight);
 
 // rmsnorm.cu. x, w, y, dy, dx one dtype (bfloat16 or float32), or x and dx
-// float32 with w, y, dy bfloat16; rstd, dw float32.
+// float32 with w, y, dy bfloat16; rstd float32; dw float32 or bfloat16.
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                       Tensor& dw);

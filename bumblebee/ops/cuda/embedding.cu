@@ -1,4 +1,4 @@
-// Vocab-parallel embedding: row gather forward, fp32 scatter-add backward.
+// Vocab-parallel embedding: row gather forward, scatter-add backward in fp32.
 //
 // Ids outside [vocab_start, vocab_start + V_local) belong to another
 // tensor-parallel rank: forward writes zeros for them and backward skips them.
@@ -9,6 +9,9 @@
 // rows by id (a stable radix sort, as moe_permute.cu) and one thread per
 // column of each id sums that id's rows in row order: the same bits on every
 // run, at the price of the sort and of a serial sum over a much-repeated id.
+// A bfloat16 gradient (optimizer.main_grads_dtype=bf16) takes the sorted path
+// too: each id's rows are summed in fp32 and added to the row once, where
+// bfloat16 atomics would round at every repeated token.
 //
 // Forward takes the weight's dtype (TW) apart from out's (TO): a bfloat16
 // table can fill a float32 residual stream, each row converted exactly.
@@ -101,10 +104,10 @@ __global__ void embedding_keys_kernel(const I* __restrict__ ids, int64_t vocab_s
 // One thread per (sorted position p, column): the thread at the first
 // position of an id's run sums the run's rows in order and adds the sum to
 // the id's gradient row, which no other thread touches.
-template <typename T>
+template <typename T, typename G>
 __global__ void embedding_backward_sorted_kernel(const T* __restrict__ grad_out, const int32_t* __restrict__ keys,
                                                  const int32_t* __restrict__ sorted_rows, int64_t vocab_local,
-                                                 int64_t hidden, int64_t rows, float* __restrict__ grad_weight) {
+                                                 int64_t hidden, int64_t rows, G* __restrict__ grad_weight) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * hidden;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t p = i / hidden, col = i % hidden;
@@ -113,7 +116,8 @@ __global__ void embedding_backward_sorted_kernel(const T* __restrict__ grad_out,
     float sum = 0.f;
     for (int64_t q = p; q < rows && keys[q] == key; ++q)
       sum += to_float(grad_out[int64_t(sorted_rows[q]) * hidden + col]);
-    grad_weight[int64_t(key) * hidden + col] += sum;
+    G& g = grad_weight[int64_t(key) * hidden + col];
+    g = from_float<G>(to_float(g) + sum);
   }
 }
 
@@ -133,10 +137,10 @@ void dispatch_weight_out(DType weight, DType out, const char* op, F&& f) {
   else dispatch_activation(weight, op, [&](auto tag) { f(tag, tag); });
 }
 
-// The sorted backward of deterministic mode; rows * hidden > 0.
-void embedding_backward_deterministic(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start,
-                                      Tensor& grad_weight, cudaStream_t stream) {
-  const char* op = "embedding_backward (deterministic)";
+// The sorted backward (deterministic mode, bfloat16 gradients); rows * hidden > 0.
+void embedding_backward_sorted(const Tensor& grad_out, const Tensor& ids, int64_t vocab_start, Tensor& grad_weight,
+                               cudaStream_t stream) {
+  const char* op = "embedding_backward (sorted)";
   const int64_t vocab_local = grad_weight.size(0), hidden = grad_weight.size(1), rows = ids.size(0);
   BB_CHECK(rows < std::numeric_limits<int32_t>::max() && vocab_local < std::numeric_limits<int32_t>::max(), op,
            ": the sort indexes rows and ids with int32, got ", rows, " rows and ", vocab_local, " ids");
@@ -153,9 +157,12 @@ void embedding_backward_deterministic(const Tensor& grad_out, const Tensor& ids,
   sort_pairs_by_key(keys, row_ids, rows, vocab_local, sorted_keys, sorted_rows, stream);
   dispatch_activation(grad_out.dtype(), op, [&](auto gtag) {
     using T = decltype(gtag);
-    embedding_backward_sorted_kernel<<<grid_for(rows * hidden, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(grad_out.raw()), sorted_keys.data<int32_t>(), sorted_rows.data<int32_t>(),
-        vocab_local, hidden, rows, static_cast<float*>(grad_weight.raw()));
+    dispatch_activation(grad_weight.dtype(), op, [&](auto wtag) {
+      using G = decltype(wtag);
+      embedding_backward_sorted_kernel<<<grid_for(rows * hidden, kThreads), kThreads, 0, stream>>>(
+          static_cast<const T*>(grad_out.raw()), sorted_keys.data<int32_t>(), sorted_rows.data<int32_t>(),
+          vocab_local, hidden, rows, static_cast<G*>(grad_weight.raw()));
+    });
   });
   CUDA_CHECK_LAUNCH(op);
 }
@@ -204,12 +211,12 @@ void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab
   BB_CHECK(ids.dim() == 1, op, ": ids must be [N], got ", shape_str(ids.shape()));
   const int64_t vocab_local = grad_weight.size(0), hidden = grad_weight.size(1), rows = ids.size(0);
   check_shape(grad_out, {rows, hidden}, "embedding_backward: grad_out");
-  check_dtype(grad_weight, DType::F32, "embedding_backward: grad_weight");
+  check_dtype_in(grad_weight, op, "grad_weight", {DType::F32, DType::BF16});
   if (rows * hidden == 0) return;
   DeviceGuard guard(grad_out.device().index);
   cudaStream_t stream = current_stream();
-  if (ops::deterministic()) {
-    embedding_backward_deterministic(grad_out, ids, vocab_start, grad_weight, stream);
+  if (ops::deterministic() || grad_weight.dtype() == DType::BF16) {
+    embedding_backward_sorted(grad_out, ids, vocab_start, grad_weight, stream);
     return;
   }
   dispatch_activation(grad_out.dtype(), op, [&](auto gtag) {

@@ -139,12 +139,15 @@ __global__ void rmsnorm_backward_kernel(const TW* __restrict__ dy, const TX* __r
   }
 }
 
-// dw[c] += sum over blocks of dw_partials[b][c]; one thread per column.
-__global__ void sum_partials_kernel(const float* __restrict__ partials, int nblocks, int64_t n, float* __restrict__ dw) {
+// dw[c] += sum over blocks of dw_partials[b][c]; one thread per column. A
+// bfloat16 dw (optimizer.main_grads_dtype=bf16) is rounded once, after the
+// fp32 sum is added to it.
+template <typename TG>
+__global__ void sum_partials_kernel(const float* __restrict__ partials, int nblocks, int64_t n, TG* __restrict__ dw) {
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < n; c += int64_t(gridDim.x) * blockDim.x) {
     float s = 0.f;
     for (int b = 0; b < nblocks; ++b) s += partials[int64_t(b) * n + c];
-    dw[c] += s;
+    dw[c] = from_float<TG>(to_float(dw[c]) + s);
   }
 }
 
@@ -222,7 +225,7 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
   check_shape(dw, {n}, "rmsnorm_backward: dw");
   BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
   check_dtype(rstd, DType::F32, "rmsnorm_backward: rstd");
-  check_dtype(dw, DType::F32, "rmsnorm_backward: dw");
+  check_dtype_in(dw, op, "dw", {DType::F32, DType::BF16});
   check_x_w_dtypes(x.dtype(), w.dtype(), op);
   BB_CHECK(dx.dtype() == x.dtype() && dy.dtype() == w.dtype(), op, ": dx takes x's dtype and dy w's, got dy ",
            dtype_name(dy.dtype()), ", x ", dtype_name(x.dtype()), ", w ", dtype_name(w.dtype()), ", dx ",
@@ -264,8 +267,11 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
     }
   });
   CUDA_CHECK_LAUNCH(op);
-  sum_partials_kernel<<<grid_for(n, 256), 256, 0, stream>>>(static_cast<const float*>(partials.raw()), blocks, n,
-                                                            static_cast<float*>(dw.raw()));
+  const float* pp = static_cast<const float*>(partials.raw());
+  if (dw.dtype() == DType::BF16)
+    sum_partials_kernel<<<grid_for(n, 256), 256, 0, stream>>>(pp, blocks, n, static_cast<bf16*>(dw.raw()));
+  else
+    sum_partials_kernel<<<grid_for(n, 256), 256, 0, stream>>>(pp, blocks, n, static_cast<float*>(dw.raw()));
   CUDA_CHECK_LAUNCH("rmsnorm_backward (dw)");
 }
 
