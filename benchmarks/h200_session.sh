@@ -5,6 +5,8 @@
 #   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py; PERF_SDPA=0 skips it)
 #   cudnn_variants  cuDNN SDPA backward by graph variant (benchmarks/cudnn_sdpa_variants.cu: ragged or dense, padding
 #             mask, causal alignment, layout) with the system cuDNN and with PyTorch's
+#   gg_tiles  CUTLASS grouped GEMM tile configurations at the MoE expert shapes (benchmarks/grouped_gemm_tiles.cu):
+#             every configuration built at once (GG_CONFIGS picks, default 0 to 8), then each run, a log each
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers; FIXTURE_ARGS adds keys (e.g.
 #             optimizer.main_grads_dtype=bf16)
 #   bench     bb-bench on the Qwen3-0.6B, Qwen3-1.7B and Qwen3-8B (12 layers) architectures (seq 4096; BENCH_MODELS
@@ -61,7 +63,7 @@
 #   dpscale   Qwen3-1.7B throughput on one GPU and at dp=2, with the time in collectives
 #   tp8b      the Qwen3-8B architecture at tp=2 (TP8B_LAYERS layers, default 36), MFU and collective time
 # Stages bench, offload, optoff, moe_bench, longctx, sft, export, baseline and peers also append one JSON line per run to $OUT/results.jsonl;
-# peers, baseline and cudnn_variants alone skip building bb.
+# peers, baseline, cudnn_variants and gg_tiles alone skip building bb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # What comes back from a device call: $OUT/summary.txt (everything printed) and
@@ -97,7 +99,7 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 # Stages that run only the PyTorch peers need no build of bb.
 needs_bb=0
-for stage in $stages; do case $stage in peers|baseline|cudnn_variants) ;; *) needs_bb=1 ;; esac; done
+for stage in $stages; do case $stage in peers|baseline|cudnn_variants|gg_tiles) ;; *) needs_bb=1 ;; esac; done
 if [ $needs_bb = 1 ]; then
   t0=$(date +%s)
   python_cfg=""
@@ -167,6 +169,18 @@ for stage in $stages; do
       torch_cudnn=$(dirname "$(find /opt/torch/.venv/lib -name 'libcudnn.so.9*' 2>/dev/null | head -1)")
       [ "$torch_cudnn" != . ] && LD_LIBRARY_PATH=$torch_cudnn:${LD_LIBRARY_PATH:-} timeout 200 "$LOGS/cudnn_sdpa_variants" 2>&1 |
         tee "$LOGS/cudnn_variants_torch.log" ;;
+    gg_tiles)
+      # One executable a configuration, minutes each on one core, so all are built side by side.
+      cfgs=${GG_CONFIGS:-0 1 2 3 4 5 6 7 8}
+      t0=$(date +%s)
+      printf '%s\n' $cfgs | xargs -P "$(nproc)" -I{} sh -c "rm -f '$LOGS/gg_tiles_c{}'; /usr/local/cuda/bin/nvcc \
+        -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -Ithird_party/cutlass/include -DGG_CONFIG={} \
+        benchmarks/grouped_gemm_tiles.cu -o '$LOGS/gg_tiles_c{}' > '$LOGS/gg_tiles_c{}_build.log' 2>&1"
+      echo "gg_tiles build: $(( $(date +%s) - t0 )) s"
+      for c in $cfgs; do
+        [ -x "$LOGS/gg_tiles_c$c" ] || { echo "c$c: build failed"; grep -m5 "error" "$LOGS/gg_tiles_c${c}_build.log"; continue; }
+        timeout 60 "$LOGS/gg_tiles_c$c" 2>&1 | tee "$LOGS/gg_tiles_c$c.log"
+      done ;;
     fixtures)
       for f in ${FIXTURES:-qwen3_gqa qwen3_mha_sharded qwen3_tp llama3_gqa llama3_tied_f16 qwen3_moe_experts qwen3_moe_fused qwen3_moe_mixed}; do
         d=tests/fixtures/$f
