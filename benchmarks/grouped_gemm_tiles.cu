@@ -1,13 +1,15 @@
-// CUTLASS 3 Hopper ptr-array grouped GEMM speed by tile configuration, outside
-// Bumblebee: which CTA tile, cluster and schedule to give the MoE expert GEMMs
-// of bumblebee/ops/cuda/cutlass/grouped_gemm_sm90.cu, which has one (c0 below,
-// run with the tile scheduler's defaults: raster AlongM, swizzle 1, host
-// problem shapes). Each build takes one configuration (-DGG_CONFIG=N) and
-// instantiates the library's four kernels with it: Forward (bf16 d), InputGrad
-// (bf16 d), WeightGrad into fp32 and into bf16 (beta 1, accumulating).
+// CUTLASS 3 Hopper ptr-array grouped GEMM speed by tile configuration: which
+// CTA tile, cluster and schedule to give the MoE expert GEMMs of
+// bumblebee/ops/cuda/cutlass/grouped_gemm_sm90.cu, which has one (c0 below,
+// LibraryConfig of grouped_gemm_kernel.cuh). Each build takes one
+// configuration (-DGG_CONFIG=N) and instantiates the library's four kernels
+// (grouped_gemm_kernel.cuh's Kinds) with it: Forward (bf16 d), InputGrad (bf16
+// d), WeightGrad into fp32 and into bf16 (beta 1, accumulating). The library
+// runs c0 with the raster order Heuristic, swizzle 1 and host problem shapes;
+// "default" below is CUTLASS's own default (AlongM), which it ran before.
 //
 //   N  schedule     tile        cluster (M x N)
-//   0  cooperative  128x256x64  2x1   the library's today
+//   0  cooperative  128x256x64  2x1   the library's
 //   1  cooperative  128x256x64  1x1
 //   2  cooperative  128x128x64  2x1
 //   3  cooperative  128x128x64  1x2
@@ -35,7 +37,7 @@
 // and distribution beside the time at the scheduler's defaults.
 //
 //   seq 0 8 | xargs -P 9 -I{} /usr/local/cuda/bin/nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr \
-//     -Ithird_party/cutlass/include -DGG_CONFIG={} benchmarks/grouped_gemm_tiles.cu -o /tmp/gg_tiles_c{}
+//     -I. -Ithird_party/cutlass/include -DGG_CONFIG={} benchmarks/grouped_gemm_tiles.cu -o /tmp/gg_tiles_c{}
 // (benchmarks/h200_session.sh gg_tiles builds and runs them all.)
 //
 // NDEBUG as in the library's Release build: with CUTLASS's device-side asserts
@@ -58,14 +60,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/group_array_problem_shape.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "bumblebee/ops/cuda/cutlass/grouped_gemm_kernel.cuh"
 
 #ifndef GG_CONFIG
 #error "build one configuration: -DGG_CONFIG=N, N from the table at the top of this file"
@@ -77,11 +72,8 @@ namespace gg {
 
 using namespace cute;
 
-using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
-using Shape3 = ProblemShape::UnderlyingProblemShape;
-using RowMajor = cutlass::layout::RowMajor;
-using ColumnMajor = cutlass::layout::ColumnMajor;
-using bf16 = cutlass::bfloat16_t;
+using namespace bb::cuda::expert_gemm;
+using bb::cuda::ExpertGemmGroup;
 using RasterOrder = cutlass::gemm::kernel::detail::RasterOrderOptions;
 
 void check(cudaError_t e, const char* what) {
@@ -90,71 +82,27 @@ void check(cudaError_t e, const char* what) {
   std::exit(1);
 }
 
-// A configuration: the CTA tile, the cluster, and the schedule: cooperative
-// (two consumer warp groups split one tile) or pingpong (each warp group takes
-// its own tile, one in its mainloop while the other is in its epilogue).
-template <int TileM, int TileN, int TileK, int ClusterM, int ClusterN, bool Pingpong>
-struct Config {
-  using TileShape = cute::Shape<Int<TileM>, Int<TileN>, Int<TileK>>;
-  using ClusterShape = cute::Shape<Int<ClusterM>, Int<ClusterN>, _1>;
-  using MainloopSchedule = std::conditional_t<Pingpong, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong,
-                                              cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>;
-  using EpilogueSchedule = std::conditional_t<Pingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
-                                              cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
-  static std::string describe() {
-    return "tile=" + std::to_string(TileM) + "x" + std::to_string(TileN) + "x" + std::to_string(TileK) +
-           " cluster=" + std::to_string(ClusterM) + "x" + std::to_string(ClusterN) +
-           " sched=" + (Pingpong ? "pingpong" : "coop");
-  }
-};
+// "tile=128x256x64 cluster=2x1 sched=coop" for a Config of grouped_gemm_kernel.cuh.
+template <typename C>
+std::string describe() {
+  return "tile=" + std::to_string(C::kTileM) + "x" + std::to_string(C::kTileN) + "x" + std::to_string(C::kTileK) +
+         " cluster=" + std::to_string(C::kClusterM) + "x" + std::to_string(C::kClusterN) +
+         " sched=" + (C::kPingpong ? "pingpong" : "coop");
+}
 
 // The table above, in its order.
 using Configs =
-    std::tuple<Config<128, 256, 64, 2, 1, false>, Config<128, 256, 64, 1, 1, false>, Config<128, 128, 64, 2, 1, false>,
+    std::tuple<LibraryConfig, Config<128, 256, 64, 1, 1, false>, Config<128, 128, 64, 2, 1, false>,
                Config<128, 128, 64, 1, 2, false>, Config<256, 128, 64, 1, 2, false>, Config<128, 128, 64, 1, 1, true>,
                Config<128, 128, 64, 2, 1, true>, Config<64, 256, 64, 1, 1, true>, Config<128, 256, 128, 2, 1, false>>;
 using Cfg = std::tuple_element_t<GG_CONFIG, Configs>;
 
-// The library's GroupedKernel with this build's tile, cluster and schedule.
-// kStages: the mainloop stages that fit in shared memory beside the epilogue's;
-// CUTLASS needs two, and below that Gemm is void (the kind is unsupported).
-template <typename LayoutA, typename LayoutB, typename ElementD_>
-struct GroupedKernel {
-  using ElementD = ElementD_;
-  using TileShape = typename Cfg::TileShape;
-  using ClusterShape = typename Cfg::ClusterShape;
-  static constexpr int kAlignAB = 8;
-  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
-
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, RowMajor*, kAlignD, ElementD,
-      RowMajor*, kAlignD, typename Cfg::EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, float, ElementD, float>>::CollectiveOp;
-
-  using MainloopBuilder = cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, bf16, LayoutA*, kAlignAB, bf16, LayoutB*, kAlignAB, float,
-      TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      typename Cfg::MainloopSchedule>;
-  static constexpr int kStages = MainloopBuilder::PipelineStages;
-};
-
-template <typename K, bool = (K::kStages >= 2)>
-struct GemmOf {
-  using type = void;
-};
-template <typename K>
-struct GemmOf<K, true> {
-  using type = cutlass::gemm::device::GemmUniversalAdapter<
-      cutlass::gemm::kernel::GemmUniversal<ProblemShape, typename K::MainloopBuilder::CollectiveOp,
-                                           typename K::Epilogue>>;
-};
-
-using ForwardKernel = GroupedKernel<RowMajor, ColumnMajor, bf16>;
-using InputGradKernel = GroupedKernel<RowMajor, RowMajor, bf16>;
-using WeightGradKernel = GroupedKernel<ColumnMajor, RowMajor, float>;
-using WeightGradBf16Kernel = GroupedKernel<ColumnMajor, RowMajor, bf16>;
+// The library's four kernels (grouped_gemm_kernel.cuh) with this build's tile,
+// cluster and schedule; a kind whose Gemm is void does not fit (two stages).
+using ForwardKernel = Kinds<Cfg>::Forward;
+using InputGradKernel = Kinds<Cfg>::InputGrad;
+using WeightGradKernel = Kinds<Cfg>::WeightGrad;
+using WeightGradBf16Kernel = Kinds<Cfg>::WeightGradBf16;
 
 __device__ uint32_t mix(uint32_t x) {
   x ^= x >> 16;
@@ -228,13 +176,6 @@ void fill(T* p, size_t n, uint32_t seed, cudaStream_t stream) {
   check(cudaGetLastError(), "fill_uniform");
 }
 
-// One group in the row-major terms of grouped_gemm_sm90.h.
-struct Group {
-  int m, n, k;
-  const bf16* a;
-  const bf16* b;
-  void* d;
-};
 
 struct Knobs {
   RasterOrder raster;
@@ -244,19 +185,6 @@ struct Knobs {
 
 const char* raster_name(RasterOrder r) {
   return r == RasterOrder::Heuristic ? "Heuristic" : r == RasterOrder::AlongM ? "AlongM" : "AlongN";
-}
-
-size_t align16(size_t n) { return (n + 15) & ~size_t(15); }
-
-// The stride of a packed matrix, as grouped_gemm_sm90.cu's packed_stride: the
-// unit-stride mode is static, the other mode's stride is the unit-stride
-// mode's extent.
-template <typename Stride>
-Stride packed_stride(int extent0, int extent1) {
-  Stride s{};
-  if constexpr (cute::is_static<cute::remove_cvref_t<decltype(get<0>(s))>>::value) get<1>(s) = int64_t(extent0);
-  else get<0>(s) = int64_t(extent1);
-  return s;
 }
 
 // A buffer kept across calls, grown (never shrunk) when a call needs more: in
@@ -287,58 +215,20 @@ struct Buffer {
 template <typename Gemm>
 class Launcher {
  public:
-  cutlass::Status prepare(const std::vector<Group>& groups, float beta, const Knobs& knobs, int sm_count,
+  cutlass::Status prepare(const std::vector<ExpertGemmGroup>& groups, float beta, const Knobs& knobs, int sm_count,
                           cudaStream_t stream) {
-    using Kernel = typename Gemm::GemmKernel;
-    using StrideA = typename Kernel::InternalStrideA;
-    using StrideB = typename Kernel::InternalStrideB;
-    using StrideD = typename Kernel::InternalStrideD;
-    using ElementD = typename Gemm::ElementD;
     const int count = int(groups.size());
-    const size_t off_a = align16(count * sizeof(Shape3));
-    const size_t off_b = align16(off_a + count * sizeof(void*));
-    const size_t off_d = align16(off_b + count * sizeof(void*));
-    const size_t off_sa = align16(off_d + count * sizeof(void*));
-    const size_t off_sb = align16(off_sa + count * sizeof(StrideA));
-    const size_t off_sd = align16(off_sb + count * sizeof(StrideB));
-    const size_t bytes = align16(off_sd + count * sizeof(StrideD));
-    auto* h = static_cast<char*>(host_.reserve(bytes));
-    auto* base = static_cast<char*>(device_.reserve(bytes));
+    const ArgBlock<Gemm> block(count);
+    auto* h = static_cast<char*>(host_.reserve(block.bytes));
+    auto* base = static_cast<char*>(device_.reserve(block.bytes));
     host_shapes_.resize(groups.size());
-    auto* shapes = reinterpret_cast<Shape3*>(h);
-    auto* pa = reinterpret_cast<const bf16**>(h + off_a);
-    auto* pb = reinterpret_cast<const bf16**>(h + off_b);
-    auto* pd = reinterpret_cast<ElementD**>(h + off_d);
-    auto* sa = reinterpret_cast<StrideA*>(h + off_sa);
-    auto* sb = reinterpret_cast<StrideB*>(h + off_sb);
-    auto* sd = reinterpret_cast<StrideD*>(h + off_sd);
-    for (int i = 0; i < count; ++i) {
-      const Group& g = groups[size_t(i)];
-      shapes[i] = Shape3{g.m, g.n, g.k};
-      host_shapes_[size_t(i)] = shapes[i];
-      pa[i] = g.a;
-      pb[i] = g.b;
-      pd[i] = static_cast<ElementD*>(g.d);
-      sa[i] = packed_stride<StrideA>(g.m, g.k);
-      sb[i] = packed_stride<StrideB>(g.n, g.k);
-      sd[i] = packed_stride<StrideD>(g.m, g.n);
-    }
-    check(cudaMemcpyAsync(base, h, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-
-    auto* d_pointers = reinterpret_cast<ElementD**>(base + off_d);
-    auto* d_strides = reinterpret_cast<StrideD*>(base + off_sd);
+    block.fill(h, groups.data(), count, host_shapes_.data());
+    check(cudaMemcpyAsync(base, h, block.bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
     cutlass::KernelHardwareInfo hw;
     check(cudaGetDevice(&hw.device_id), "cudaGetDevice");
     hw.sm_count = sm_count;
-    typename Gemm::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGrouped,
-        {count, reinterpret_cast<Shape3*>(base), knobs.host_shapes ? host_shapes_.data() : nullptr},
-        {reinterpret_cast<const bf16**>(base + off_a), reinterpret_cast<StrideA*>(base + off_sa),
-         reinterpret_cast<const bf16**>(base + off_b), reinterpret_cast<StrideB*>(base + off_sb)},
-        {{}, beta != 0.f ? const_cast<const ElementD**>(d_pointers) : nullptr, d_strides, d_pointers, d_strides},
-        hw};
-    args.epilogue.thread.alpha = 1.f;
-    args.epilogue.thread.beta = beta;
+    typename Gemm::Arguments args =
+        block.arguments(base, count, knobs.host_shapes ? host_shapes_.data() : nullptr, 1.f, beta, hw);
     args.scheduler.raster_order = knobs.raster;
     args.scheduler.max_swizzle_size = knobs.swizzle;
     const cutlass::Status can = gemm_.can_implement(args);
@@ -443,8 +333,8 @@ template <typename K>
 void run_problem(const Model& md, const Problem& pb, const std::vector<Distribution>& dists, int sm_count,
                  cudaStream_t stream, std::vector<std::string>& best_lines) {
   using TD = typename K::ElementD;
-  using Gemm = typename GemmOf<K>::type;
-  const std::string prefix = "cfg=c" + std::to_string(GG_CONFIG) + " " + Cfg::describe() + " kind=" + pb.name +
+  using Gemm = typename K::Gemm;
+  const std::string prefix = "cfg=c" + std::to_string(GG_CONFIG) + " " + describe<Cfg>() + " kind=" + pb.name +
                              " model=" + md.name;
   if constexpr (std::is_void_v<Gemm>) {
     for (const Distribution& dist : dists)
@@ -473,14 +363,14 @@ void run_problem(const Model& md, const Problem& pb, const std::vector<Distribut
     Timer timer(stream);
 
     for (const Distribution& dist : dists) {
-      std::vector<Group> groups;
+      std::vector<ExpertGemmGroup> groups;
       std::vector<int> experts_of;
       double flops = 0;
       int64_t first = 0;
       for (size_t e = 0; e < experts; ++e) {
         const int64_t r = dist.rows[e];
         if (r > 0) {
-          Group g{pb.m ? pb.m : int(r), pb.n, pb.k ? pb.k : int(r), nullptr, nullptr, nullptr};
+          ExpertGemmGroup g{pb.m ? pb.m : int(r), pb.n, pb.k ? pb.k : int(r), nullptr, nullptr, nullptr};
           if (wgrad) {
             g.a = a + first * pb.m;
             g.b = b + first * pb.n;
@@ -498,7 +388,7 @@ void run_problem(const Model& md, const Problem& pb, const std::vector<Distribut
       }
       // The reference for the first, the largest and the last group.
       std::vector<size_t> sampled = {0, groups.size() - 1};
-      sampled.push_back(size_t(std::max_element(groups.begin(), groups.end(), [](const Group& x, const Group& y) {
+      sampled.push_back(size_t(std::max_element(groups.begin(), groups.end(), [](const ExpertGemmGroup& x, const ExpertGemmGroup& y) {
                                  return int64_t(x.m) * x.k < int64_t(y.m) * y.k;
                                }) -
                                groups.begin()));
@@ -506,13 +396,14 @@ void run_problem(const Model& md, const Problem& pb, const std::vector<Distribut
       sampled.erase(std::unique(sampled.begin(), sampled.end()), sampled.end());
       std::vector<float*> refs;
       for (size_t s : sampled) {
-        const Group& g = groups[s];
+        const ExpertGemmGroup& g = groups[s];
         auto* ref = static_cast<float*>(device_alloc(size_t(g.m) * g.n * sizeof(float)));
         const TD* c = d0 ? d0 + (static_cast<TD*>(g.d) - d) : nullptr;
         const int64_t sam = wgrad ? 1 : g.k, sak = wgrad ? g.m : 1;
         const int64_t sbk = pb.kind == Kind::Forward ? 1 : g.n, sbn = pb.kind == Kind::Forward ? g.k : 1;
         reference_gemm<<<dim3((g.n + 15) / 16, (g.m + 15) / 16), dim3(16, 16), 0, stream>>>(
-            g.a, sam, sak, g.b, sbk, sbn, c, beta, ref, g.m, g.n, g.k);
+            static_cast<const bf16*>(g.a), sam, sak, static_cast<const bf16*>(g.b), sbk, sbn, c, beta, ref, g.m, g.n,
+            g.k);
         check(cudaGetLastError(), "reference_gemm");
         refs.push_back(ref);
       }
@@ -534,7 +425,7 @@ void run_problem(const Model& md, const Problem& pb, const std::vector<Distribut
         }
         check(cudaMemsetAsync(maxes, 0, 2 * sizeof(unsigned), stream), "cudaMemsetAsync");
         for (size_t s = 0; s < sampled.size(); ++s) {
-          const Group& g = groups[sampled[s]];
+          const ExpertGemmGroup& g = groups[sampled[s]];
           max_errors<<<264, 256, 0, stream>>>(static_cast<const TD*>(g.d), refs[s], size_t(g.m) * g.n, maxes);
           check(cudaGetLastError(), "max_errors");
         }
@@ -603,7 +494,7 @@ int main() {
   std::string name = prop.name;
   std::replace(name.begin(), name.end(), ' ', '_');
   std::printf("cfg=c%d %s device=%s sms=%d stages fwd=%d igrad=%d wgrad_f32=%d wgrad_bf16=%d\n", GG_CONFIG,
-              Cfg::describe().c_str(), name.c_str(), sm_count, ForwardKernel::kStages, InputGradKernel::kStages,
+              describe<Cfg>().c_str(), name.c_str(), sm_count, ForwardKernel::kStages, InputGradKernel::kStages,
               WeightGradKernel::kStages, WeightGradBf16Kernel::kStages);
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -174,7 +174,7 @@ for stage in $stages; do
       cfgs=${GG_CONFIGS:-0 1 2 3 4 5 6 7 8}
       t0=$(date +%s)
       printf '%s\n' $cfgs | xargs -P "$(nproc)" -I{} sh -c "rm -f '$LOGS/gg_tiles_c{}'; /usr/local/cuda/bin/nvcc \
-        -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -Ithird_party/cutlass/include -DGG_CONFIG={} \
+        -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -I. -Ithird_party/cutlass/include -DGG_CONFIG={} \
         benchmarks/grouped_gemm_tiles.cu -o '$LOGS/gg_tiles_c{}' > '$LOGS/gg_tiles_c{}_build.log' 2>&1"
       echo "gg_tiles build: $(( $(date +%s) - t0 )) s"
       for c in $cfgs; do

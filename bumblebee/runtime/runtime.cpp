@@ -172,8 +172,8 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.device = device_;
   ctx.dtype = resolve_dtype(cfg_.backend == "ref" && bcfg.dtype == "auto" ? "float64" : bcfg.dtype, device_);
   // bf16 gradient buffers (torchtitan's and Megatron's --main-grads-dtype
-  // bf16): every weight-gradient backward accumulates into its destination's
-  // dtype with fp32 arithmetic, rounding once per microbatch.
+  // bf16): every weight-gradient backward adds its fp32 result into the
+  // bf16 buffer and rounds once per accumulation (docs/training.md).
   const bool bf16_grads = bcfg.optimizer.main_grads_dtype == "bf16";
   BB_CHECK(!bf16_grads || ctx.dtype == DType::BF16, "optimizer.main_grads_dtype=bf16 needs bf16 parameters, but ",
            "they are ", dtype_name(ctx.dtype), " (the float32/float64 paths keep their gradients in the parameter dtype)");

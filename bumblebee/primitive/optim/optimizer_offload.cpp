@@ -92,7 +92,7 @@ HostOptimizerState make_host_optimizer_state(int64_t numel, DType master_dtype, 
   if (numel == 0) return s;
   BB_CHECK(grad_dtype == master_dtype, "optimizer.offload_fraction > 0: the host steps ", dtype_name(master_dtype),
            " master weights with ", dtype_name(master_dtype), " gradients, but the gradients are ",
-           dtype_name(grad_dtype));
+           dtype_name(grad_dtype), " (optimizer.main_grads_dtype: use fp32 with offload)");
   const bool pinned = home.is_cuda();
   s.master = host_buffer(numel, master_dtype, pinned);
   s.exp_avg = host_buffer(numel, master_dtype, pinned);

@@ -23,53 +23,20 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include <array>
 #include <mutex>
 
 #include "bumblebee/core/cuda/cuda_context.h"
 #include "bumblebee/core/error.h"
 #include "bumblebee/core/tensor.h"
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/group_array_problem_shape.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "bumblebee/ops/cuda/cutlass/grouped_gemm_kernel.cuh"
 
 namespace bb::cuda {
 namespace {
 
-using namespace cute;
-
-using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
-using RowMajor = cutlass::layout::RowMajor;
-using ColumnMajor = cutlass::layout::ColumnMajor;
-
-template <typename LayoutA, typename LayoutB, typename ElementD>
-struct GroupedKernel {
-  using ElementAB = cutlass::bfloat16_t;
-  using TileShape = cute::Shape<_128, _256, _64>;
-  using ClusterShape = cute::Shape<_2, _1, _1>;
-  static constexpr int kAlignAB = 8;
-  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
-
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, RowMajor*, kAlignD, ElementD,
-      RowMajor*, kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, float, ElementD, float>>::CollectiveOp;
-
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutA*, kAlignAB, ElementAB, LayoutB*,
-      kAlignAB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
-
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-};
+using namespace expert_gemm;
 
 // A pinned host block per slot of a ring, with the event behind its last copy.
 struct StagingSlot {
@@ -93,41 +60,12 @@ Staging& staging() {
   return s;
 }
 
-size_t align16(size_t n) { return (n + 15) & ~size_t(15); }
-
-// The stride of a packed matrix with extents (extent0, extent1) in CUTLASS's
-// mode order ((M, K) for A, (N, K) for B, (M, N) for D): the unit-stride mode
-// is static (_1); the other mode's stride is the extent of the unit-stride one.
-template <typename Stride>
-Stride packed_stride(int extent0, int extent1) {
-  Stride s{};
-  if constexpr (cute::is_static<cute::remove_cvref_t<decltype(get<0>(s))>>::value) get<1>(s) = int64_t(extent0);
-  else get<0>(s) = int64_t(extent1);
-  return s;
-}
-
-template <typename Config>
+template <typename K>
 void run(const std::vector<ExpertGemmGroup>& groups, float alpha, float beta) {
-  using Gemm = typename Config::Gemm;
-  using Kernel = typename Gemm::GemmKernel;
-  using StrideA = typename Kernel::InternalStrideA;
-  using StrideB = typename Kernel::InternalStrideB;
-  using StrideD = typename Kernel::InternalStrideD;
-  using Shape3 = typename ProblemShape::UnderlyingProblemShape;
-  using ElementAB = typename Config::ElementAB;
-  using ElementD = typename Gemm::ElementD;
-
+  using Gemm = typename K::Gemm;
   const int count = int(groups.size());
-  // The block: shapes, then pointers to A, B and D, then strides of A, B and D
-  // (C, read when beta != 0, is D: same pointers, same strides).
-  const size_t off_shapes = 0;
-  const size_t off_a = align16(off_shapes + count * sizeof(Shape3));
-  const size_t off_b = align16(off_a + count * sizeof(void*));
-  const size_t off_d = align16(off_b + count * sizeof(void*));
-  const size_t off_sa = align16(off_d + count * sizeof(void*));
-  const size_t off_sb = align16(off_sa + count * sizeof(StrideA));
-  const size_t off_sd = align16(off_sb + count * sizeof(StrideB));
-  const size_t bytes = align16(off_sd + count * sizeof(StrideD));
+  const ArgBlock<Gemm> block(count);
+  const size_t bytes = block.bytes;
 
   const int device = current_device();
   BB_CHECK(device >= 0 && device < kMaxDevices, "grouped_gemm (CUTLASS): CUDA device ", device, " is beyond the ",
@@ -153,42 +91,15 @@ void run(const std::vector<ExpertGemmGroup>& groups, float alpha, float beta) {
       slot.capacity = bytes;
     }
     auto* h = static_cast<char*>(slot.host);
-    auto* shapes = reinterpret_cast<Shape3*>(h + off_shapes);
-    auto* pa = reinterpret_cast<const ElementAB**>(h + off_a);
-    auto* pb = reinterpret_cast<const ElementAB**>(h + off_b);
-    auto* pd = reinterpret_cast<ElementD**>(h + off_d);
-    auto* sa = reinterpret_cast<StrideA*>(h + off_sa);
-    auto* sb = reinterpret_cast<StrideB*>(h + off_sb);
-    auto* sd = reinterpret_cast<StrideD*>(h + off_sd);
-    for (int i = 0; i < count; ++i) {
-      const ExpertGemmGroup& g = groups[size_t(i)];
-      shapes[i] = Shape3{g.m, g.n, g.k};
-      host_shapes[size_t(i)] = shapes[i];
-      pa[i] = static_cast<const ElementAB*>(g.a);
-      pb[i] = static_cast<const ElementAB*>(g.b);
-      pd[i] = static_cast<ElementD*>(g.d);
-      sa[i] = packed_stride<StrideA>(g.m, g.k);
-      sb[i] = packed_stride<StrideB>(g.n, g.k);
-      sd[i] = packed_stride<StrideD>(g.m, g.n);
-    }
+    block.fill(h, groups.data(), count, host_shapes.data());
     CUDA_CHECK(cudaMemcpyAsync(base, h, bytes, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaEventRecord(slot.copied, stream));
   }
 
-  auto* d_pointers = reinterpret_cast<ElementD**>(base + off_d);
-  auto* d_strides = reinterpret_cast<StrideD*>(base + off_sd);
   cutlass::KernelHardwareInfo hw;
   hw.device_id = device;
   hw.sm_count = sm_count;
-  typename Gemm::Arguments args{
-      cutlass::gemm::GemmUniversalMode::kGrouped,
-      {count, reinterpret_cast<Shape3*>(base + off_shapes), host_shapes.data()},
-      {reinterpret_cast<const ElementAB**>(base + off_a), reinterpret_cast<StrideA*>(base + off_sa),
-       reinterpret_cast<const ElementAB**>(base + off_b), reinterpret_cast<StrideB*>(base + off_sb)},
-      {{}, beta != 0.f ? const_cast<const ElementD**>(d_pointers) : nullptr, d_strides, d_pointers, d_strides},
-      hw};
-  args.epilogue.thread.alpha = alpha;
-  args.epilogue.thread.beta = beta;
+  typename Gemm::Arguments args = block.arguments(base, count, host_shapes.data(), alpha, beta, hw);
   // The scheduler's raster order: CUTLASS's heuristic rather than its default
   // AlongM, 5 % faster over a Qwen3-30B-A3B layer's six expert GEMMs and 13 %
   // over DeepSeek-V3's (benchmarks/grouped_gemm_tiles.cu, RESULTS.md).
@@ -208,10 +119,7 @@ void run(const std::vector<ExpertGemmGroup>& groups, float alpha, float beta) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-using ForwardKernel = GroupedKernel<RowMajor, ColumnMajor, cutlass::bfloat16_t>;
-using InputGradKernel = GroupedKernel<RowMajor, RowMajor, cutlass::bfloat16_t>;
-using WeightGradKernel = GroupedKernel<ColumnMajor, RowMajor, float>;
-using WeightGradBf16Kernel = GroupedKernel<ColumnMajor, RowMajor, cutlass::bfloat16_t>;
+using Library = Kinds<LibraryConfig>;
 
 }  // namespace
 
@@ -224,11 +132,11 @@ void cutlass_grouped_gemm(ExpertGemm kind, DType d, const std::vector<ExpertGemm
                           float beta) {
   if (groups.empty()) return;
   switch (kind) {
-    case ExpertGemm::Forward: return run<ForwardKernel>(groups, alpha, beta);
-    case ExpertGemm::InputGrad: return run<InputGradKernel>(groups, alpha, beta);
+    case ExpertGemm::Forward: return run<Library::Forward>(groups, alpha, beta);
+    case ExpertGemm::InputGrad: return run<Library::InputGrad>(groups, alpha, beta);
     case ExpertGemm::WeightGrad:
-      if (d == DType::F32) return run<WeightGradKernel>(groups, alpha, beta);
-      return run<WeightGradBf16Kernel>(groups, alpha, beta);
+      if (d == DType::F32) return run<Library::WeightGrad>(groups, alpha, beta);
+      return run<Library::WeightGradBf16>(groups, alpha, beta);
   }
 }
 
