@@ -12,7 +12,8 @@
 #   bench     bb-bench on the Qwen3-0.6B, Qwen3-1.7B and Qwen3-8B (12 layers) architectures (seq 4096; BENCH_MODELS
 #             picks, NAME:L for the first L layers);
 #             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op;
-#             BENCH_VARIANTS="base NAME ..." runs each with BENCH_ARGS_NAME's extra keys (also moe_bench)
+#             BENCH_VARIANTS="base NAME ..." runs each with BENCH_ARGS_NAME's extra keys (also moe_bench; bf16all and
+#             bf16grads are preset)
 #   longctx   long context on one GPU: the Qwen3-1.7B architecture, one sequence per step, at seq 32768 and
 #             65536 (LONGCTX_SEQS) with recompute (LONGCTX_MODES: mode[:modules], e.g. selective:core_attn,mlp),
 #             then HF transformers with activation checkpointing at the longest of LONGCTX_HF_SEQS that fits
@@ -149,6 +150,10 @@ record_json() {  # FILE RUNNER: FILE's JSON object as one line, with "runner" ad
 }
 # Bench variants (BENCH_VARIANTS="base NAME ..."): variant NAME adds the keys of
 # BENCH_ARGS_NAME (space-separated key=value) to bench and moe_bench; base adds none.
+# Two are preset: bf16all (bf16 params and moments) and bf16grads (torchtitan's
+# precision: bf16 params, moments and gradients).
+: "${BENCH_ARGS_bf16all:=optimizer.exp_avg_dtype=bf16 optimizer.exp_avg_sq_dtype=bf16 optimizer.main_params_dtype=bf16}"
+: "${BENCH_ARGS_bf16grads:=$BENCH_ARGS_bf16all optimizer.main_grads_dtype=bf16}"
 variant_args() { local a=BENCH_ARGS_$1; echo "${!a:-}"; }
 variant_suffix() { [ "$1" = base ] || echo "_$1"; }
 
