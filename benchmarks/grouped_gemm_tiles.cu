@@ -66,8 +66,8 @@
 #error "build one configuration: -DGG_CONFIG=N, N from the table at the top of this file"
 #endif
 
-// A named namespace: nvcc's kernel stubs cannot name templates of an anonymous
-// one that has `using namespace cute` in it.
+// The kernels live in a named namespace because nvcc's generated kernel stubs
+// fail to compile for templates of an anonymous namespace holding `using namespace cute`.
 namespace gg {
 
 using namespace cute;
