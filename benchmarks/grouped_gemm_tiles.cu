@@ -1,7 +1,8 @@
 // CUTLASS 3 Hopper ptr-array grouped GEMM speed by tile configuration: which
 // CTA tile, cluster and schedule to give the MoE expert GEMMs of
-// bumblebee/ops/cuda/cutlass/grouped_gemm_sm90.cu, which has one (c0 below,
-// LibraryConfig of grouped_gemm_kernel.cuh). Each build takes one
+// bumblebee/ops/cuda/cutlass/grouped_gemm_sm90.cu, which has two (c0 below,
+// LibraryConfig of grouped_gemm_kernel.cuh, and c1, SmallExpertConfig, for the
+// forward and input-gradient GEMMs of experts with few rows). Each build takes one
 // configuration (-DGG_CONFIG=N) and instantiates the library's four kernels
 // (grouped_gemm_kernel.cuh's Kinds) with it: Forward (bf16 d), InputGrad (bf16
 // d), WeightGrad into fp32 and into bf16 (beta 1, accumulating). The library
@@ -10,7 +11,7 @@
 //
 //   N  schedule     tile        cluster (M x N)
 //   0  cooperative  128x256x64  2x1   the library's
-//   1  cooperative  128x256x64  1x1
+//   1  cooperative  128x256x64  1x1   the library's below 1,024 rows an expert (Forward, InputGrad)
 //   2  cooperative  128x128x64  2x1
 //   3  cooperative  128x128x64  1x2
 //   4  cooperative  256x128x64  1x2
@@ -92,7 +93,7 @@ std::string describe() {
 
 // The table above, in its order.
 using Configs =
-    std::tuple<LibraryConfig, Config<128, 256, 64, 1, 1, false>, Config<128, 128, 64, 2, 1, false>,
+    std::tuple<LibraryConfig, SmallExpertConfig, Config<128, 128, 64, 2, 1, false>,
                Config<128, 128, 64, 1, 2, false>, Config<256, 128, 64, 1, 2, false>, Config<128, 128, 64, 1, 1, true>,
                Config<128, 128, 64, 2, 1, true>, Config<64, 256, 64, 1, 1, true>, Config<128, 256, 128, 2, 1, false>>;
 using Cfg = std::tuple_element_t<GG_CONFIG, Configs>;

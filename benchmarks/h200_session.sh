@@ -2,7 +2,8 @@
 # One session on an H200 machine: build the CUDA backend, then run the stages
 # named on the command line (default: harness fixtures bench):
 #   harness   CUDA-vs-CPU op harness (tests/cuda), forward and backward
-#   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py; PERF_SDPA=0 skips it)
+#   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py; PERF_SDPA=0 skips it);
+#             PERF_FILTER=rmsnorm,moe_dispatch times only those groups
 #   cudnn_variants  cuDNN SDPA backward by graph variant (benchmarks/cudnn_sdpa_variants.cu: ragged or dense, padding
 #             mask, causal alignment, layout) with the system cuDNN and with PyTorch's
 #   gg_tiles  CUTLASS grouped GEMM tile configurations at the MoE expert shapes (benchmarks/grouped_gemm_tiles.cu):
@@ -164,7 +165,7 @@ for stage in $stages; do
       timeout 240 $bin/bb_cuda_ops ${HARNESS_FILTER:+--filter $HARNESS_FILTER} > "$LOGS/harness.log" 2>&1; echo "exit $?"
       grep -E "FAIL|passed" "$LOGS/harness.log" | tail -40 ;;
     perf)
-      timeout 200 $bin/bb_cuda_ops --perf 2>&1 | tee "$LOGS/perf.log" | grep -v "^$"
+      timeout 200 $bin/bb_cuda_ops --perf ${PERF_FILTER:+--filter $PERF_FILTER} 2>&1 | tee "$LOGS/perf.log" | grep -v "^$"
       [ "${PERF_SDPA:-1}" = 1 ] && timeout 150 $py benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$LOGS/sdpa.log" ;;
     cudnn_variants)
       /usr/local/cuda/bin/nvcc -std=c++17 -O2 -arch=sm_90 -Ithird_party/cudnn-frontend/include \

@@ -114,6 +114,18 @@ std::string fmt(const char* format, ...) {
   return buf;
 }
 
+bool filter_matches(const std::string& filter, const std::string& name) {
+  if (filter.empty()) return true;
+  size_t start = 0;
+  while (start <= filter.size()) {
+    const size_t end = std::min(filter.find(',', start), filter.size());
+    const std::string part = filter.substr(start, end - start);
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
 std::string head_dims(int64_t head_dim_qk, int64_t head_dim_v) {
   return head_dim_v == head_dim_qk ? fmt("D=%lld", (long long)head_dim_qk)
                                    : fmt("D=%lld/%lld", (long long)head_dim_qk, (long long)head_dim_v);

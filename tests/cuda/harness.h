@@ -87,8 +87,13 @@ std::string attention_shape(const AttentionShape& a);
 // twice on the same inputs must agree bit for bit.
 void determinism_cases(std::vector<Case>& cases);
 
-// --perf (test_backend_ops_perf.cpp): times kernels and prints rates; returns
-// the process exit code.
-int run_perf();
+// Whether `name` contains one of the comma-separated parts of `filter` (an
+// empty filter takes everything): --filter rmsnorm,moe_permute.
+bool filter_matches(const std::string& filter, const std::string& name);
+
+// --perf (test_backend_ops_perf.cpp): times the kernel groups `filter` takes
+// (gemm, grouped_gemm, attention, rmsnorm, memory_bound, column_gather,
+// moe_router, moe_dispatch) and prints rates; returns the process exit code.
+int run_perf(const std::string& filter);
 
 }  // namespace bb::harness

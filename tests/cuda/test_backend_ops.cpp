@@ -12,10 +12,11 @@
 //
 //   bb_cuda_ops                 run every case; one line per checked output,
 //                               then "N passed, M failed"; exit 1 on failure
-//   bb_cuda_ops --filter NAME   only cases whose op name contains NAME
+//   bb_cuda_ops --filter A,B    only cases whose op name contains A or B
 //   bb_cuda_ops --seed N        another draw of the random inputs
 //   bb_cuda_ops --perf          time the GEMM, attention and memory-bound
-//                               kernels instead (test_backend_ops_perf.cpp)
+//                               kernels instead (test_backend_ops_perf.cpp);
+//                               with --filter, only the groups named
 //
 // When the build has cuDNN attention, attention cases (plain causal
 // self-attention and the partial attention of ring attention) run under both
@@ -111,7 +112,10 @@ void grouped_gemm_cases(std::vector<Case>& cases) {
                             {"128 groups", many, 96, 80},
                             {"all empty", {0, 0, 0}, 96, 80},
                             {"rows 129,0,700,2048,1", {129, 0, 700, 2048, 1}, 512, 384},
-                            {"rows 0,33,250 K%8=4", {0, 33, 250}, 36, 20}};
+                            {"rows 0,33,250 K%8=4", {0, 33, 250}, 36, 20},
+                            // Over 1,024 rows an expert on average: CUTLASS's
+                            // 2x1-cluster kernels (fewer take its 1x1 ones).
+                            {"rows 1500,0,3000,900", {1500, 0, 3000, 900}, 256, 128}};
   std::vector<std::string> engines{"cublas"};
   if (cuda::cutlass_grouped_gemm_built()) engines.push_back("cutlass");
   for (const std::string& engine : engines) {
@@ -437,7 +441,12 @@ void rmsnorm_cases(std::vector<Case>& cases) {
   // normalised into bfloat16, and all float32. y and dy take w's dtype, dx x's.
   const std::pair<DType, DType> dtypes[] = {
       {DType::BF16, DType::BF16}, {DType::F32, DType::BF16}, {DType::F32, DType::F32}};
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{37, 4096}, {1000, 128}, {5, 100}, {3, 8192}}) {
+  // Rows of 64 to 2048 take the team kernels, one shape per team width and
+  // group count (n = 768 and 1536 leave some of a lane's groups past the
+  // row's end); 4096 the team forward and the general backward; 100 and 8192
+  // the general kernels.
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{37, 4096}, {1000, 128}, {5, 100}, {3, 8192}, {300, 64}, {77, 96},
+                         {130, 192}, {65, 256}, {40, 768}, {33, 1536}, {500, 2048}}) {
     for (auto [x_dt, w_dt] : dtypes) {
       std::string shape = fmt("R=%lld n=%lld x=%s w=%s", (long long)rows, (long long)n, short_name(x_dt),
                               short_name(w_dt));
@@ -601,16 +610,43 @@ void cross_entropy_cases(std::vector<Case>& cases) {
   struct CE {
     int64_t rows, vocab_local, vocab_start, vocab_total;
   };
+  auto shape_of = [](const CE& c, DType dt) {
+    return fmt("N=%lld V_local=%lld vocab_start=%lld V=%lld %s", (long long)c.rows, (long long)c.vocab_local,
+               (long long)c.vocab_start, (long long)c.vocab_total, short_name(dt));
+  };
+  // Labels over the whole vocabulary, with a few masked (-100) rows.
+  auto draw_labels = [](const CE& c, Generator& gen) {
+    std::vector<double> labels(size_t(c.rows));
+    for (size_t i = 0; i < labels.size(); ++i)
+      labels[i] = i % 7 == 3 ? -100.0 : double(int64_t(gen.uniform() * double(c.vocab_total)));
+    return index_pair(labels, DType::I64);
+  };
+  // cross_entropy_backward out of place and in place, logits and dlogits in `dt`.
+  auto add_backward = [&](const CE& c, DType dt) {
+    for (bool in_place : {false, true}) {
+      cases.push_back({"cross_entropy_backward", shape_of(c, dt) + (in_place ? " in-place" : ""), [=](Generator& gen) {
+                         Pair logits = random_pair(gen, {c.rows, c.vocab_local}, dt, 3.0);
+                         Pair labels = draw_labels(c, gen);
+                         // lse of the local shard stands in for the group-reduced one.
+                         Tensor max_cpu = Tensor::empty({c.rows}, DType::F32), s_cpu = Tensor::empty({c.rows}, DType::F32),
+                                t_cpu = Tensor::empty({c.rows}, DType::F32), lse_cpu = Tensor::empty({c.rows}, DType::F32),
+                                loss_cpu = Tensor::empty({c.rows}, DType::F32);
+                         ops::logits_row_max(logits.cpu, max_cpu);
+                         ops::logits_sumexp_target(logits.cpu, max_cpu, labels.cpu, c.vocab_start, s_cpu, t_cpu);
+                         ops::cross_entropy_loss(max_cpu, s_cpu, t_cpu, lse_cpu, loss_cpu);
+                         Pair lse = pair_from_cpu(lse_cpu, DType::F32);
+                         Pair dloss = random_pair(gen, {c.rows}, DType::F32);
+                         Pair dlogits = in_place ? logits : output_pair({c.rows, c.vocab_local}, dt);
+                         cuda::cross_entropy_backward(logits.gpu, labels.gpu, c.vocab_start, lse.gpu, dloss.gpu,
+                                                      dlogits.gpu);
+                         ops::cross_entropy_backward(logits.cpu, labels.cpu, c.vocab_start, lse.cpu, dloss.cpu,
+                                                     dlogits.cpu);
+                         return std::vector<Check>{compare("dlogits", dlogits, bound_for(dt))};
+                       }});
+    }
+  };
   for (CE c : {CE{37, 1000, 0, 1000}, CE{16, 999, 500, 2000}, CE{64, 4096, 4096, 8192}}) {
-    std::string shape = fmt("N=%lld V_local=%lld vocab_start=%lld V=%lld bf16", (long long)c.rows,
-                            (long long)c.vocab_local, (long long)c.vocab_start, (long long)c.vocab_total);
-    // Labels over the whole vocabulary, with a few masked (-100) rows.
-    auto draw_labels = [c](Generator& gen) {
-      std::vector<double> labels(size_t(c.rows));
-      for (size_t i = 0; i < labels.size(); ++i)
-        labels[i] = i % 7 == 3 ? -100.0 : double(int64_t(gen.uniform() * double(c.vocab_total)));
-      return index_pair(labels, DType::I64);
-    };
+    const std::string shape = shape_of(c, DType::BF16);
     cases.push_back({"logits_row_max", shape, [=](Generator& gen) {
                        Pair logits = random_pair(gen, {c.rows, c.vocab_local}, DType::BF16, 3.0);
                        Pair row_max = output_pair({c.rows}, DType::F32);
@@ -620,7 +656,7 @@ void cross_entropy_cases(std::vector<Case>& cases) {
                      }});
     cases.push_back({"logits_sumexp_target", shape, [=](Generator& gen) {
                        Pair logits = random_pair(gen, {c.rows, c.vocab_local}, DType::BF16, 3.0);
-                       Pair labels = draw_labels(gen);
+                       Pair labels = draw_labels(c, gen);
                        Tensor max_cpu = Tensor::empty({c.rows}, DType::F32);
                        ops::logits_row_max(logits.cpu, max_cpu);
                        Pair row_max = pair_from_cpu(max_cpu, DType::F32);
@@ -641,27 +677,7 @@ void cross_entropy_cases(std::vector<Case>& cases) {
                        ops::cross_entropy_loss(row_max.cpu, sumexp.cpu, target.cpu, lse.cpu, loss.cpu);
                        return std::vector<Check>{compare("lse", lse, kF32Bound), compare("loss", loss, kF32Bound)};
                      }});
-    for (bool in_place : {false, true}) {
-      cases.push_back({"cross_entropy_backward", shape + (in_place ? " in-place" : ""), [=](Generator& gen) {
-                         Pair logits = random_pair(gen, {c.rows, c.vocab_local}, DType::BF16, 3.0);
-                         Pair labels = draw_labels(gen);
-                         // lse of the local shard stands in for the group-reduced one.
-                         Tensor max_cpu = Tensor::empty({c.rows}, DType::F32), s_cpu = Tensor::empty({c.rows}, DType::F32),
-                                t_cpu = Tensor::empty({c.rows}, DType::F32), lse_cpu = Tensor::empty({c.rows}, DType::F32),
-                                loss_cpu = Tensor::empty({c.rows}, DType::F32);
-                         ops::logits_row_max(logits.cpu, max_cpu);
-                         ops::logits_sumexp_target(logits.cpu, max_cpu, labels.cpu, c.vocab_start, s_cpu, t_cpu);
-                         ops::cross_entropy_loss(max_cpu, s_cpu, t_cpu, lse_cpu, loss_cpu);
-                         Pair lse = pair_from_cpu(lse_cpu, DType::F32);
-                         Pair dloss = random_pair(gen, {c.rows}, DType::F32);
-                         Pair dlogits = in_place ? logits : output_pair({c.rows, c.vocab_local}, DType::BF16);
-                         cuda::cross_entropy_backward(logits.gpu, labels.gpu, c.vocab_start, lse.gpu, dloss.gpu,
-                                                      dlogits.gpu);
-                         ops::cross_entropy_backward(logits.cpu, labels.cpu, c.vocab_start, lse.cpu, dloss.cpu,
-                                                     dlogits.cpu);
-                         return std::vector<Check>{compare("dlogits", dlogits, kBf16Bound)};
-                       }});
-    }
+    add_backward(c, DType::BF16);
     // Entropy: the shard's sum of exp(z - max) z, the entropy from the sums, and the joint backward.
     cases.push_back({"logits_zexp_sum", shape, [=](Generator& gen) {
                        Pair logits = random_pair(gen, {c.rows, c.vocab_local}, DType::BF16, 3.0);
@@ -685,7 +701,7 @@ void cross_entropy_cases(std::vector<Case>& cases) {
     for (bool in_place : {false, true}) {
       cases.push_back({"cross_entropy_entropy_backward", shape + (in_place ? " in-place" : ""), [=](Generator& gen) {
                          Pair logits = random_pair(gen, {c.rows, c.vocab_local}, DType::BF16, 3.0);
-                         Pair labels = draw_labels(gen);
+                         Pair labels = draw_labels(c, gen);
                          // The local shard's statistics stand in for the group-reduced ones.
                          Tensor max_cpu = Tensor::empty({c.rows}, DType::F32), s_cpu = Tensor::empty({c.rows}, DType::F32),
                                 t_cpu = Tensor::empty({c.rows}, DType::F32), lse_cpu = Tensor::empty({c.rows}, DType::F32),
@@ -708,6 +724,10 @@ void cross_entropy_cases(std::vector<Case>& cases) {
                        }});
     }
   }
+  // float32 logits (4 to a 16-byte pack), and more rows than one launch of the
+  // backward takes (its grid holds 65535 rows in y).
+  add_backward(CE{37, 1000, 0, 1000}, DType::F32);
+  add_backward(CE{70000, 64, 0, 64}, DType::BF16);
 }
 
 void adamw_cases(std::vector<Case>& cases) {
@@ -759,17 +779,21 @@ Pair unaligned_view(const Pair& p) {
 // The one-pass statistics (tp = 1) against the CPU's two passes: the vocabularies
 // of Qwen3 (151936) and DeepSeek-V3 (129280), a small one and a tiny one (7,
 // not a multiple of the 16-byte pack), both sides of the warp-per-row limit
-// (4096 / 4097), a shard whose targets lie partly outside it, and logits off
-// the 16-byte grid; N from 1 to 8192; bf16 and fp32 logits; every 7th row
-// masked. row_max and target_logit are single elements, so exact; sumexp is
-// an fp32 sum in another order with one extra rounding per rescale of the
-// running sum, within kF32Bound of the CPU's float64 sum.
+// (4096 / 4097), a shard whose targets lie partly outside it, logits off
+// the 16-byte grid, and a vocabulary padded with -inf logits (its last
+// kPaddedVocab columns, which no label names); N from 1 to 8192; bf16 and
+// fp32 logits; every 7th row masked. row_max and target_logit are single
+// elements, so exact; sumexp is an fp32 sum in another order with one extra
+// rounding per rescale of the running sum, within kF32Bound of the CPU's
+// float64 sum.
 void softmax_stats_cases(std::vector<Case>& cases) {
   struct Stats {
     int64_t rows, vocab_local, vocab_start, vocab_total;
     DType dt;
     bool unaligned;
+    bool padded = false;
   };
+  constexpr int64_t kPaddedVocab = 1000;
   std::vector<Stats> shapes;
   for (DType dt : {DType::BF16, DType::F32}) {
     for (int64_t v : {int64_t(151936), int64_t(129280)})
@@ -781,17 +805,28 @@ void softmax_stats_cases(std::vector<Case>& cases) {
     shapes.push_back({16, 75968, 75968, 151936, dt, false});
     shapes.push_back({5, 151936, 0, 151936, dt, true});
     shapes.push_back({37, 1000, 0, 1000, dt, true});
+    shapes.push_back({64, 151936, 0, 151936, dt, false, true});
+    shapes.push_back({37, 1003, 0, 1003, dt, true, true});
   }
   for (const Stats c : shapes) {
-    std::string shape = fmt("N=%lld V_local=%lld vocab_start=%lld V=%lld %s%s", (long long)c.rows,
+    std::string shape = fmt("N=%lld V_local=%lld vocab_start=%lld V=%lld %s%s%s", (long long)c.rows,
                             (long long)c.vocab_local, (long long)c.vocab_start, (long long)c.vocab_total,
-                            short_name(c.dt), c.unaligned ? " unaligned" : "");
+                            short_name(c.dt), c.unaligned ? " unaligned" : "", c.padded ? " padded" : "");
+    // N(0, 9) logits; in a padded vocabulary the last kPaddedVocab columns are -inf.
+    auto draw_logits = [c](Generator& gen) {
+      if (!c.padded) return random_pair(gen, {c.rows, c.vocab_local}, c.dt, 3.0);
+      return random_pair_with(gen, {c.rows, c.vocab_local}, c.dt, [&](std::vector<double>& x) {
+        for (size_t i = 0; i < x.size(); ++i)
+          x[i] = int64_t(i) % c.vocab_local < c.vocab_local - kPaddedVocab ? 3.0 * x[i] : -INFINITY;
+      });
+    };
     cases.push_back({"logits_softmax_stats", shape, [=](Generator& gen) {
-                       Pair logits = random_pair(gen, {c.rows, c.vocab_local}, c.dt, 3.0);
+                       Pair logits = draw_logits(gen);
                        if (c.unaligned) logits = unaligned_view(logits);
+                       const double labelled = double(c.vocab_total - (c.padded ? kPaddedVocab : 0));
                        std::vector<double> lab(size_t(c.rows));
                        for (size_t i = 0; i < lab.size(); ++i)
-                         lab[i] = i % 7 == 3 ? -100.0 : double(int64_t(gen.uniform() * double(c.vocab_total)));
+                         lab[i] = i % 7 == 3 ? -100.0 : double(int64_t(gen.uniform() * labelled));
                        Pair labels = index_pair(lab, DType::I64);
                        Pair row_max = output_pair({c.rows}, DType::F32), sumexp = output_pair({c.rows}, DType::F32),
                             target = output_pair({c.rows}, DType::F32);
@@ -1371,7 +1406,7 @@ int run_cases(const std::string& filter, uint64_t seed) {
   const std::vector<Case> cases = all_cases();
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    if (!filter.empty() && c.op.find(filter) == std::string::npos) continue;
+    if (!filter_matches(filter, c.op)) continue;
     Generator gen(seed * 1000003ull + i);
     std::vector<Check> checks;
     try {
@@ -1408,7 +1443,7 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
       seed = std::strtoull(argv[++i], nullptr, 10);
     } else {
-      std::fprintf(stderr, "usage: %s [--perf] [--filter OP] [--seed N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--perf] [--filter NAME[,NAME...]] [--seed N]\n", argv[0]);
       return 2;
     }
   }
@@ -1417,7 +1452,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    return perf ? bb::harness::run_perf() : bb::harness::run_cases(filter, seed);
+    return perf ? bb::harness::run_perf(filter) : bb::harness::run_cases(filter, seed);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bb_cuda_ops: %s\n", e.what());
     return 1;

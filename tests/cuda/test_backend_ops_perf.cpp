@@ -253,20 +253,33 @@ void perf_cudnn_causal_alignment(int64_t heads_q, int64_t heads_kv, int64_t dim_
                                       ops::AttentionMask::Causal});
 }
 
+// RMSNorm at the benches' shapes: a decoder norm of Qwen3-8B (4096) and of
+// Qwen3-1.7B / 30B-A3B (2048), both over 2 x 4096 tokens, and the q and k
+// norms over head_dim 128 of Qwen3-30B-A3B's 32 / 4 heads on the same tokens.
+// Bytes: x and y (forward); dy, x and dx (backward).
+void perf_rmsnorm() {
+  const std::pair<int64_t, int64_t> shapes[] = {{16384, 4096}, {8192, 2048}, {8192 * 32, 128}, {8192 * 4, 128}};
+  for (auto [rows, n] : shapes) {
+    Tensor x = random_gpu({rows, n}, DType::BF16, 7), w = random_gpu({n}, DType::BF16, 8);
+    Tensor y = Tensor::empty(x.shape(), DType::BF16, kGpu), rstd = Tensor::empty({rows}, DType::F32, kGpu);
+    Tensor dy = random_gpu(x.shape(), DType::BF16, 9), dx = Tensor::empty(x.shape(), DType::BF16, kGpu);
+    Tensor dw = Tensor::zeros({n}, DType::F32, kGpu);
+    const double act = double(rows) * double(n) * 2.0;
+    const std::string shape = fmt("%lld x %lld bf16", (long long)rows, (long long)n);
+    report_bytes("rmsnorm_forward " + shape, median_ms([&] { cuda::rmsnorm_forward(x, w, 1e-6, y, rstd); }),
+                 2.0 * act);
+    report_bytes("rmsnorm_backward " + shape, median_ms([&] { cuda::rmsnorm_backward(dy, x, w, rstd, dx, dw); }),
+                 3.0 * act);
+  }
+}
+
 void perf_memory_bound() {
   const int64_t rows = 16384, hidden = 4096, ffn = 11008, vocab = 151936, heads = 16, dim = 128;
   {
-    Tensor x = random_gpu({rows, hidden}, DType::BF16, 7), w = random_gpu({hidden}, DType::BF16, 8);
-    Tensor y = Tensor::empty(x.shape(), DType::BF16, kGpu), rstd = Tensor::empty({rows}, DType::F32, kGpu);
-    Tensor dy = random_gpu(x.shape(), DType::BF16, 9), dx = Tensor::empty(x.shape(), DType::BF16, kGpu);
-    Tensor dw = Tensor::zeros({hidden}, DType::F32, kGpu);
-    const double act = double(rows) * double(hidden) * 2.0;
-    report_bytes("rmsnorm_forward 16384 x 4096 bf16",
-                 median_ms([&] { cuda::rmsnorm_forward(x, w, 1e-6, y, rstd); }), 2.0 * act);
-    report_bytes("rmsnorm_backward 16384 x 4096 bf16",
-                 median_ms([&] { cuda::rmsnorm_backward(dy, x, w, rstd, dx, dw); }), 3.0 * act);
+    Tensor x = random_gpu({rows, hidden}, DType::BF16, 7), dy = random_gpu({rows, hidden}, DType::BF16, 9);
     Tensor sum = Tensor::empty(x.shape(), DType::BF16, kGpu);
-    report_bytes("add 16384 x 4096 bf16", median_ms([&] { cuda::add(x, dy, sum); }), 3.0 * act);
+    report_bytes("add 16384 x 4096 bf16", median_ms([&] { cuda::add(x, dy, sum); }),
+                 3.0 * double(rows) * double(hidden) * 2.0);
   }
   {
     Tensor gu = random_gpu({rows, 2 * ffn}, DType::BF16, 10), out = Tensor::empty({rows, ffn}, DType::BF16, kGpu);
@@ -314,7 +327,7 @@ void perf_memory_bound() {
   }
   {
     // One LM-head chunk of the dense bench at tp = 1: the one-pass statistics
-    // against the two passes they replace, on the same logits.
+    // against the two passes they replace, then the backward, on the same logits.
     const int64_t n = 4096;
     Tensor logits = random_gpu({n, vocab}, DType::BF16, 18, -5.f, 5.f);
     std::vector<int64_t> lab(static_cast<size_t>(n));
@@ -330,6 +343,13 @@ void perf_memory_bound() {
     report_bytes("row_max + sumexp_target 4096 x 151936 bf16 (two reads)", median_ms([&] {
                    cuda::logits_row_max(logits, row_max);
                    cuda::logits_sumexp_target(logits, row_max, labels, 0, sumexp, target);
+                 }),
+                 2.0 * bytes);
+    Tensor lse = Tensor::empty({n}, DType::F32, kGpu), loss = Tensor::empty({n}, DType::F32, kGpu);
+    Tensor dloss = random_gpu({n}, DType::F32, 19), dlogits = Tensor::empty(logits.shape(), DType::BF16, kGpu);
+    cuda::cross_entropy_loss(row_max, sumexp, target, lse, loss);
+    report_bytes("cross_entropy_backward 4096 x 151936 bf16", median_ms([&] {
+                   cuda::cross_entropy_backward(logits, labels, 0, lse, dloss, dlogits);
                  }),
                  2.0 * bytes);
   }
@@ -460,14 +480,51 @@ void perf_moe_router() {
                te * 2.0 + double(tokens) * 4.0);
 }
 
-}  // namespace
+// The token dispatch around the experts of the Qwen3-30B-A3B bench: 8192
+// tokens, top-8 of 128 experts, hidden 2048, bf16, float32 routing weights.
+// The rows are in expert order, as moe_sort_rows leaves them (tokens
+// ascending within an expert), so a token's 8 rows lie far apart. The sums
+// (moe_permute_backward, moe_unpermute) include their sort of token_of_row.
+// Bytes count each tensor once: the token-major [T, H] one, the rows [N, H]
+// (y and dy both in the unpermute backward), token_of_row, probs and dprobs.
+void perf_moe_dispatch() {
+  const int64_t tokens = 8192, experts = 128, k = 8, hidden = 2048, rows = tokens * k;
+  std::mt19937 rng(33);
+  std::vector<std::vector<int64_t>> tokens_of_expert(static_cast<size_t>(experts));
+  std::vector<int64_t> pool(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t e = 0; e < experts; ++e) pool[size_t(e)] = e;
+    for (int64_t j = 0; j < k; ++j) {  // partial Fisher-Yates: k distinct experts
+      std::swap(pool[size_t(j)], pool[size_t(j + int64_t(rng() % uint32_t(experts - j)))]);
+      tokens_of_expert[size_t(pool[size_t(j)])].push_back(t);
+    }
+  }
+  std::vector<int64_t> tok;
+  for (const auto& ts : tokens_of_expert) tok.insert(tok.end(), ts.begin(), ts.end());
+  Tensor token_of_row = index_gpu(tok, DType::I64);
+  Tensor x = random_gpu({tokens, hidden}, DType::BF16, 34), y = random_gpu({rows, hidden}, DType::BF16, 35);
+  Tensor probs = random_gpu({rows}, DType::F32, 36, 0.f, 1.f);
+  Tensor permuted = Tensor::empty({rows, hidden}, DType::BF16, kGpu);
+  Tensor combined = Tensor::empty(x.shape(), DType::BF16, kGpu);
+  Tensor dy = Tensor::empty(y.shape(), DType::BF16, kGpu), dprobs = Tensor::empty({rows}, DType::F32, kGpu);
+  const double token_major = double(tokens) * double(hidden) * 2.0, row_major = double(rows) * double(hidden) * 2.0;
+  const double index = double(rows) * 8.0, weights = double(rows) * 4.0;
+  report_bytes("moe_permute 8192 tokens top-8 x 2048 bf16",
+               median_ms([&] { cuda::moe_permute(x, token_of_row, permuted); }), token_major + row_major + index);
+  report_bytes("moe_unpermute 8192 tokens top-8 x 2048 bf16 (sort included)",
+               median_ms([&] { cuda::moe_unpermute(y, token_of_row, probs, combined); }),
+               row_major + token_major + index + weights);
+  report_bytes("moe_permute_backward 8192 tokens top-8 x 2048 bf16 (sort included)",
+               median_ms([&] { cuda::moe_permute_backward(y, token_of_row, combined); }),
+               row_major + token_major + index);
+  report_bytes("moe_unpermute_backward 8192 tokens top-8 x 2048 bf16", median_ms([&] {
+                 cuda::moe_unpermute_backward(x, y, token_of_row, probs, dy, dprobs);
+               }),
+               token_major + 2.0 * row_major + index + 2.0 * weights);
+}
 
-int run_perf() {
-  cudaDeviceProp props{};
-  CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
-  std::printf("device: %s, %d SMs\n", props.name, props.multiProcessorCount);
-  perf_gemm();
-  perf_grouped_gemm();
+// Attention at the benches' shapes, with both backends when cuDNN is built.
+void perf_attention_all() {
   std::vector<std::string> backends = {"flash"};
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
   for (const std::string& backend : backends) {
@@ -488,9 +545,20 @@ int run_perf() {
     perf_cudnn_causal_alignment(32, 4, 128, 128, 2);
     perf_cudnn_causal_alignment(128, 128, 192, 128, 1);
   }
-  perf_memory_bound();
-  perf_column_gather();
-  perf_moe_router();
+}
+
+}  // namespace
+
+int run_perf(const std::string& filter) {
+  cudaDeviceProp props{};
+  CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
+  std::printf("device: %s, %d SMs\n", props.name, props.multiProcessorCount);
+  const std::pair<const char*, void (*)()> groups[] = {
+      {"gemm", perf_gemm},           {"grouped_gemm", perf_grouped_gemm},   {"attention", perf_attention_all},
+      {"rmsnorm", perf_rmsnorm},     {"memory_bound", perf_memory_bound},   {"column_gather", perf_column_gather},
+      {"moe_router", perf_moe_router}, {"moe_dispatch", perf_moe_dispatch}};
+  for (const auto& [name, run] : groups)
+    if (filter_matches(filter, name)) run();
   return 0;
 }
 

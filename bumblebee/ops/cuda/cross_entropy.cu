@@ -6,6 +6,18 @@
 // only [N]-sized fp32 statistics are written, so no fp32 copy of the
 // [N, V] logits ever exists. Between the pieces the caller all-reduces the
 // statistics over the tensor-parallel group (max, then sums).
+//
+// The backward reads and writes every logit once, so it is shaped to keep up
+// with HBM. A block takes one short tile of a row (kThreads threads,
+// kPacksPerThread 16-byte packs each, all loaded before any is computed and
+// stored): the row's label, lse and dloss are read once a block, columns need
+// no division, and on an H200 such short-lived blocks move data about as fast
+// as a device-to-device cudaMemcpy, where blocks that loop over a whole row,
+// or over the whole tensor, lose about 7%. p = exp(x - lse) is one fma and one
+// MUFU.EX2, and the one-hot is a branch per pack rather than a compare per
+// element.
+#include <algorithm>
+
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
 #include "bumblebee/ops/cuda/logits_checks.cuh"
@@ -14,6 +26,8 @@ namespace bb::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kPacksPerThread = 2;
+constexpr int64_t kMaxGridY = 65535;
 
 // Calls f(value) for every logit of one row, 8 at a time when VEC.
 template <typename T, bool VEC, typename F>
@@ -59,24 +73,107 @@ __global__ void sumexp_target_kernel(const T* __restrict__ logits, const float* 
   }
 }
 
-// dlogits may alias logits: each element is read, then written, by one thread.
-template <typename T, typename I, int W>
-__global__ void cross_entropy_backward_kernel(const T* logits, const I* __restrict__ labels, int64_t vocab_start,
-                                              const float* __restrict__ lse, const float* __restrict__ dloss,
-                                              int64_t rows, int64_t v, T* dlogits) {
-  const int64_t groups_per_row = v / W;
-  for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < rows * groups_per_row;
-       g += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = g / groups_per_row, col = (g % groups_per_row) * W;
-    const int64_t target = int64_t(labels[row]) - vocab_start;
-    const float l = lse[row], d = dloss[row];
-    float x[8];
-    if constexpr (W == 8) load8(logits + row * v + col, x);
-    else x[0] = to_float(logits[row * v + col]);
+// Stores the floats as one 16-byte pack of T (bf16 rounds a pair at a time).
+// __stwb is a plain store that stays one 16-byte access, where NVVM may split
+// an assigned uint4 into four.
+template <typename T>
+__device__ __forceinline__ void store_floats(T* p, const float (&x)[Pack16<T>::N]) {
+  uint32_t w[4];
+  if constexpr (std::is_same_v<T, bf16>) {
 #pragma unroll
-    for (int i = 0; i < W; ++i) x[i] = (expf(x[i] - l) - (col + i == target ? 1.f : 0.f)) * d;
-    if constexpr (W == 8) store8(dlogits + row * v + col, x);
-    else dlogits[row * v + col] = from_float<T>(x[0]);
+    for (int j = 0; j < 4; ++j) {
+      const __nv_bfloat162 b = __floats2bfloat162_rn(x[2 * j], x[2 * j + 1]);
+      w[j] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+  } else {
+    static_assert(std::is_same_v<T, float>, "the backward takes bf16 or fp32 logits");
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = __float_as_uint(x[j]);
+  }
+  __stwb(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+}
+
+// One row's d loss / d logits, (softmax - onehot(target)) * dloss, with
+// exp(x - lse) = 2^(x log2(e) - lse2) * 2^-err: lse2 = fl(lse log2(e)) and
+// err = lse log2(e) - lse2, exact from fma and below half an ulp of lse2.
+// 2^-err, common to the row, goes into the factor on p (as in
+// softmax_stats.cu: 1 + u + u^2 / 2 with u = -err ln(2)), so fp32 gradients
+// carry no bias of the order of |lse| 2^-24 either.
+struct SoftmaxGrad {
+  int64_t target;  // the label's column in this shard (outside [0, v) if not here or masked)
+  float lse2;
+  float dp;  // dloss * 2^-err, the factor on p
+  float d;   // dloss, the factor on the one-hot
+
+  __device__ __forceinline__ SoftmaxGrad(int64_t target_col, float row_lse, float dloss)
+      : target(target_col), d(dloss) {
+    lse2 = __fmul_rn(row_lse, kLog2e);  // rounded on its own: err must be its exact rounding error
+    const float u = -fmaf(row_lse, kLog2e, -lse2) * kLn2;
+    dp = d * fmaf(0.5f * u, u, u + 1.f);
+  }
+
+  // p * dloss before the one-hot.
+  __device__ __forceinline__ float p_times_d(float x) const { return exp2_ftz(fmaf(x, kLog2e, -lse2)) * dp; }
+
+  // Writes to `out` the gradient of the pack `in` of columns [c, c + N).
+  template <typename T>
+  __device__ __forceinline__ void pack(const Pack16<T>& in, int64_t c, T* out) const {
+    constexpr int N = Pack16<T>::N;
+    float x[N];
+    unpack(in, x);
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = p_times_d(x[i]);
+    const int64_t hit = target - c;
+    if (uint64_t(hit) < uint64_t(N)) {  // the pack holds the target column
+#pragma unroll
+      for (int i = 0; i < N; ++i) x[i] -= i == int(hit) ? d : 0.f;
+    }
+    store_floats(out, x);
+  }
+};
+
+// A block a tile of one row: blockIdx.y the row (within the launch), blockIdx.x
+// a run of kThreads * kPacksPerThread units (16-byte packs when VEC, else
+// single elements), each thread taking every kThreads-th, so a warp's access
+// is contiguous. VEC needs v a multiple of the pack width and both rows
+// 16-byte aligned. dlogits may alias logits: each element is read, then
+// written, by one thread, and a thread's loads come before its stores.
+template <typename T, typename I, bool VEC>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_backward_kernel(const T* logits, const I* __restrict__ labels, int64_t vocab_start,
+                                  const float* __restrict__ lse, const float* __restrict__ dloss, int64_t v,
+                                  T* dlogits) {
+  const int64_t r = blockIdx.y;
+  const T* in = logits + r * v;
+  T* out = dlogits + r * v;
+  const SoftmaxGrad g(int64_t(labels[r]) - vocab_start, lse[r], dloss[r]);
+  const int64_t first = int64_t(blockIdx.x) * kThreads * kPacksPerThread + threadIdx.x;
+  if constexpr (VEC) {
+    constexpr int N = Pack16<T>::N;
+    const int64_t packs = v / N;
+    Pack16<T> pk[kPacksPerThread];
+#pragma unroll
+    for (int k = 0; k < kPacksPerThread; ++k) {
+      const int64_t u = first + k * kThreads;
+      if (u < packs) pk[k] = load_pack(in + u * N);
+    }
+#pragma unroll
+    for (int k = 0; k < kPacksPerThread; ++k) {
+      const int64_t u = first + k * kThreads;
+      if (u < packs) g.pack(pk[k], u * N, out + u * N);
+    }
+  } else {
+    float x[kPacksPerThread];
+#pragma unroll
+    for (int k = 0; k < kPacksPerThread; ++k) {
+      const int64_t c = first + k * kThreads;
+      if (c < v) x[k] = to_float(in[c]);
+    }
+#pragma unroll
+    for (int k = 0; k < kPacksPerThread; ++k) {
+      const int64_t c = first + k * kThreads;
+      if (c < v) out[c] = from_float<T>(g.p_times_d(x[k]) - (c == g.target ? g.d : 0.f));
+    }
   }
 }
 
@@ -164,12 +261,21 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t 
       const float* l = static_cast<const float*>(lse.raw());
       const float* d = static_cast<const float*>(dloss.raw());
       T* out = static_cast<T*>(dlogits.raw());
-      if (v % 8 == 0 && aligned16(p) && aligned16(out)) {
-        cross_entropy_backward_kernel<T, I, 8><<<grid_for(rows * v / 8, kThreads), kThreads, 0, stream>>>(
-            p, lab, vocab_start, l, d, rows, v, out);
-      } else {
-        cross_entropy_backward_kernel<T, I, 1><<<grid_for(rows * v, kThreads), kThreads, 0, stream>>>(
-            p, lab, vocab_start, l, d, rows, v, out);
+      const bool vec = v % Pack16<T>::N == 0 && aligned16(p) && aligned16(out);
+      const int64_t units = vec ? v / Pack16<T>::N : v;
+      const unsigned tiles = unsigned((units + kThreads * kPacksPerThread - 1) / (kThreads * kPacksPerThread));
+      // Rows go in gridDim.y, which holds at most 65535: longer batches take several launches.
+      for (int64_t r0 = 0; r0 < rows; r0 += kMaxGridY) {
+        const dim3 grid(tiles, unsigned(std::min(kMaxGridY, rows - r0)));
+        const T* in = p + r0 * v;
+        T* o = out + r0 * v;
+        if (vec) {
+          cross_entropy_backward_kernel<T, I, true>
+              <<<grid, kThreads, 0, stream>>>(in, lab + r0, vocab_start, l + r0, d + r0, v, o);
+        } else {
+          cross_entropy_backward_kernel<T, I, false>
+              <<<grid, kThreads, 0, stream>>>(in, lab + r0, vocab_start, l + r0, d + r0, v, o);
+        }
       }
     });
   });

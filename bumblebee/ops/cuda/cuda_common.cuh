@@ -99,6 +99,37 @@ __device__ __forceinline__ void store8(T* p, const float (&f)[8]) {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// A pack's elements as floats into x[0, N). bf16 widens exactly by a shift or
+// a mask per pair of elements, one instruction less a pair than to_float on
+// each half.
+template <typename T>
+__device__ __forceinline__ void unpack(const Pack16<T>& pk, float* x) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(pk.v);
+#pragma unroll
+    for (int j = 0; j < Pack16<T>::N / 2; ++j) {
+      x[2 * j] = __uint_as_float(w[j] << 16);
+      x[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < Pack16<T>::N; ++i) x[i] = to_float(pk.v[i]);
+  }
+}
+
+// ---- exponentials through MUFU.EX2 ----------------------------------------------------------
+// exp(x) = 2^(x log2(e)): the softmax kernels take each term as one fma and
+// one ex2.approx.ftz. exp2f would add a range fix for results below 2^-126,
+// terms below fp32 resolution of the sums and zero in a bf16 gradient.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 
 // ---- host-side checks -----------------------------------------------------------------
 // Each op checks that its tensors live on CUDA, on one device, and runs there.

@@ -4,10 +4,23 @@
 //
 // The two ops that sum rows into a token (moe_permute_backward, moe_unpermute)
 // gather instead of scattering: an inverse index lists each token's rows in
-// ascending row order (a stable radix sort of token_of_row, then a binary
-// search per token for where its rows start), and one thread sums a token's
-// rows in fp32 in that order. No atomics, so the result is the same bits on
-// every run, and a token may have any number of rows (0 to N).
+// ascending row order (a stable radix sort of token_of_row, then where each
+// token's rows start, read off the sorted keys), and one thread sums a
+// token's rows in fp32 in that order. No atomics, so the result is the same
+// bits on every run, and a token may have any number of rows (0 to N).
+//
+// The kernels are memory-bound and keep the shape that measured fastest on
+// an H200: a thread moves one 16-byte group at a time (a warp per row in the
+// unpermute backward), and full occupancy (32 registers a thread for bf16)
+// supplies the loads in flight. Lanes that each keep 4 to 8 loads in flight
+// (a warp per row or token with its column loop unrolled, a token's rows
+// loaded in batches) hold more registers, run fewer warps, and measured
+// slower, with the same bits. What keeps the ops from the bytes they must
+// move (bb_cuda_ops --perf, the moe_* lines) is not the kernels' arithmetic:
+// rows in expert order read x and dout (each token row k times) in no useful
+// order, so most of those reads miss L2, and each sum first pays its sort of
+// token_of_row, about half as long as the sum itself at Qwen3-30B-A3B's
+// shapes.
 //
 // token_of_row is not range-checked on the host (that would synchronise every
 // layer); a row naming a token outside [0, T) instead gets NaN in the
@@ -38,6 +51,24 @@ __device__ __forceinline__ void store_w(T* p, const float (&v)[8]) {
   else *p = from_float<T>(v[0]);
 }
 
+// store_w through evict-first stores (st.global.cs), for rows written once
+// that should not push out of L2 what the kernel still reads.
+template <typename T, int W>
+__device__ __forceinline__ void store_w_streaming(T* p, const float (&v)[8]) {
+  if constexpr (W == 8) {
+    constexpr int N = Pack16<T>::N;
+#pragma unroll
+    for (int j = 0; j < 8; j += N) {
+      Pack16<T> pk;
+#pragma unroll
+      for (int i = 0; i < N; ++i) pk.v[i] = from_float<T>(v[j + i]);
+      __stcs(reinterpret_cast<uint4*>(p + j), *reinterpret_cast<const uint4*>(&pk));
+    }
+  } else {
+    __stcs(p, from_float<T>(v[0]));
+  }
+}
+
 // ---- CUDA kernels -----------------------------------------------------------------------
 
 // Sort keys: the row's token, or `tokens` for a row outside [0, tokens), so
@@ -53,22 +84,23 @@ __global__ void token_keys_kernel(const I* __restrict__ token_of_row, int64_t ro
 }
 
 // offsets[t] = the first sorted position whose key is >= t, for t in [0, T];
-// token t's rows are sorted_rows[offsets[t] .. offsets[t + 1]).
+// token t's rows are sorted_rows[offsets[t] .. offsets[t + 1]). Position i
+// is that first position for the tokens in (key[i - 1], key[i]] (key[-1] =
+// -1, key[rows] = T), so each offset is written once, by a load of two
+// neighbouring keys instead of a binary search (a chain of dependent loads).
+// A run of tokens with no rows is written by one thread.
 __global__ void token_offsets_kernel(const int32_t* __restrict__ sorted_keys, int64_t rows, int64_t tokens,
                                      int32_t* __restrict__ offsets) {
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t <= tokens;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t lo = 0, hi = rows;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (sorted_keys[mid] < t) lo = mid + 1;
-      else hi = mid;
-    }
-    offsets[t] = int32_t(lo);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i <= rows; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t first = i == 0 ? 0 : int64_t(sorted_keys[i - 1]) + 1;
+    const int64_t last = i == rows ? tokens : int64_t(sorted_keys[i]);
+    for (int64_t t = first; t <= last; ++t) offsets[t] = int32_t(i);
   }
 }
 
-// out[i] = x[token_of_row[i]], W columns per thread.
+// out[i] = x[token_of_row[i]], W columns per thread. out (k times the size of
+// x) is stored evict-first, so that x stays in L2 for more of its k reads
+// (the same for dy in the unpermute backward measured no gain).
 template <typename T, typename I, int W>
 __global__ void permute_kernel(const T* __restrict__ x, const I* __restrict__ token_of_row, int64_t rows,
                                int64_t tokens, int64_t hidden, T* __restrict__ out) {
@@ -84,7 +116,7 @@ __global__ void permute_kernel(const T* __restrict__ x, const I* __restrict__ to
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[j] = NAN;
     }
-    store_w<T, W>(out + row * hidden + col, v);
+    store_w_streaming<T, W>(out + row * hidden + col, v);
   }
 }
 
@@ -183,7 +215,7 @@ TokenRows token_rows(const Tensor& token_of_row, int64_t tokens, const char* op,
                                                sorted_keys.data<int32_t>(), row_ids.data<int32_t>(),
                                                tr.sorted_rows.data<int32_t>(), rows, 0, end_bit, stream));
   }
-  token_offsets_kernel<<<grid_for(tokens + 1, kThreads), kThreads, 0, stream>>>(
+  token_offsets_kernel<<<grid_for(rows + 1, kThreads), kThreads, 0, stream>>>(
       sorted_keys.data<int32_t>(), rows, tokens, tr.offsets.data<int32_t>());
   CUDA_CHECK_LAUNCH(op);
   return tr;

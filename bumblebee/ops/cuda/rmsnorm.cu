@@ -1,20 +1,31 @@
 // Fused RMSNorm over the last dimension, forward and backward, fp32 math.
 //
-// One warp per row: rows are at most a few thousand elements, so a warp
-// covers one with a handful of 16-byte loads per lane and reduces with
-// shuffles, no shared memory or block barrier. The weight gradient is summed
-// over rows in a fixed order, so it repeats bitwise: each warp accumulates its
-// rows into its own shared-memory slice (a lane owns fixed columns, so no
-// atomics), the block adds its warps' slices in warp order into one partial,
-// and a second kernel adds the per-block partials column by column into dw.
-// A slice is a row of floats, so the backward's warps per block shrink as
-// rows grow (on an H200: 8 up to n = 3.5k, 6 at n = 4096, 3 at n = 8192).
+// Rows of up to 2048 elements (a decoder's hidden size, and the q/k norms
+// over head_dim 64-256 with 32x as many rows) take the team kernels: a team
+// of T lanes (8, 16 or 32, so short rows share a warp instead of leaving
+// lanes idle) owns one row at a time, and lane l holds the row's 8-column
+// groups l, l + T, ..., l + (G - 1) T in registers. G is a template argument,
+// so a lane issues all of its loads of a row before the first one returns,
+// and the row is read once. The backward keeps each lane's share of the
+// weight gradient in registers too; the teams of a block then add theirs
+// into one per-block partial, team after team.
+//
+// Longer rows and unaligned or odd-sized ones take the general kernels: one
+// warp per row with a runtime column loop; the backward accumulates each
+// warp's rows into its own shared-memory slice of dw (a lane owns fixed
+// columns, so no atomics) and the block adds its slices in warp order. A
+// slice is a row of floats, so warps per block shrink as rows grow.
+//
+// Either way the weight gradient repeats bitwise: row r goes to team (warp)
+// r % (teams in the grid) whatever the timing, sums run in row order, then
+// team order, and a last kernel adds the per-block partials in a fixed order.
 //
 // The kernels take x's dtype (TX, also dx's) apart from w's (TW, also y's and
 // dy's), so a float32 residual stream (Megatron's fp32_residual_connection)
 // can be normalised into bfloat16 activations. A lane's 8-column group is one
 // 16-byte access in bfloat16 and two in float32 (load8/store8).
 #include <algorithm>
+#include <type_traits>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
@@ -47,6 +58,146 @@ __device__ __forceinline__ void store_cols(T* p, const float (&v)[8]) {
   if constexpr (VEC) store8(p, v);
   else *p = from_float<T>(v[0]);
 }
+
+// ---- team kernels: rows of up to 2048 elements, held in registers ----
+
+constexpr int kTeamBackwardThreads = 128;
+// Groups of 8 columns a lane may hold: 8 (n <= 2048 at T = 32) when x and w
+// are bfloat16, 4 when either is float32 (its packs take twice the registers).
+template <typename TX, typename TW>
+constexpr int kMaxGroups = sizeof(TX) + sizeof(TW) == 4 ? 8 : 4;
+
+// The lanes of this thread's team within its warp, for the team's shuffles:
+// teams of one warp may run different numbers of rows.
+template <int T>
+__device__ __forceinline__ unsigned team_mask() {
+  if constexpr (T == 32) return 0xffffffffu;
+  else return ((1u << T) - 1u) << ((threadIdx.x & 31) & ~(T - 1));
+}
+
+template <int T>
+__device__ __forceinline__ float team_sum(float v, unsigned mask) {
+#pragma unroll
+  for (int off = T / 2; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off);
+  return v;
+}
+
+// Calls f(g, c) for each group g of lane `lane` (of a team of L lanes) that
+// lies inside a row of n: columns [c, c + 8).
+template <int L, int G, typename F>
+__device__ __forceinline__ void for_lane_groups(int64_t n, int lane, F f) {
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int64_t c = (int64_t(g) * L + lane) * 8;
+    if (c < n) f(g, c);
+  }
+}
+
+// A row's G groups of this lane: raw 16-byte packs (two per group in float32).
+template <typename T, int G>
+struct RowGroups {
+  static constexpr int kPacks = 8 / Pack16<T>::N;
+  Pack16<T> p[G][kPacks];
+
+  template <int L>
+  __device__ __forceinline__ void load(const T* row, int64_t n, int lane) {
+    for_lane_groups<L, G>(n, lane, [&](int g, int64_t c) {
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) p[g][k] = load_pack(row + c + k * Pack16<T>::N);
+    });
+  }
+  __device__ __forceinline__ float at(int g, int i) const {
+    return to_float(p[g][i / Pack16<T>::N].v[i % Pack16<T>::N]);
+  }
+};
+
+template <typename TX, typename TW, int T, int G>
+__global__ void __launch_bounds__(kThreads) rmsnorm_forward_team_kernel(const TX* __restrict__ x,
+                                                                      const TW* __restrict__ w, float eps,
+                                                                      int64_t rows, int64_t n, TW* __restrict__ y,
+                                                                      float* __restrict__ rstd) {
+  const int lane = threadIdx.x & (T - 1);
+  const int64_t row = int64_t(blockIdx.x) * (kThreads / T) + threadIdx.x / T;
+  if (row >= rows) return;  // the whole team leaves; its shuffles name only its own lanes
+  const unsigned mask = team_mask<T>();
+  RowGroups<TX, G> xv;
+  xv.template load<T>(x + row * n, n, lane);
+  float ss = 0.f;
+  for_lane_groups<T, G>(n, lane, [&](int g, int64_t) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ss += xv.at(g, i) * xv.at(g, i);
+  });
+  ss = team_sum<T>(ss, mask);
+  const float r = 1.0f / sqrtf(ss / float(n) + eps);
+  if (lane == 0) rstd[row] = r;
+  for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
+    float wv[8], out[8];
+    load8(w + c, wv);
+    // x * rstd rounded to x's dtype before the weight multiply, as HF does.
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = wv[i] * to_float(from_float<TX>(xv.at(g, i) * r));
+    store8(y + row * n + c, out);
+  });
+}
+
+// The general backward's formulas (below) with the row and the lane's dw
+// partial in registers. Team t of block b takes rows b * teams + t, then
+// every (gridDim.x * teams)-th row after it; at the end the block's teams add
+// their partials into block_dw [n] one team at a time, in team order.
+template <typename TX, typename TW, int T, int G>
+__global__ void __launch_bounds__(kTeamBackwardThreads)
+    rmsnorm_backward_team_kernel(const TW* __restrict__ dy, const TX* __restrict__ x, const TW* __restrict__ w,
+                                 const float* __restrict__ rstd, int64_t rows, int64_t n, TX* __restrict__ dx,
+                                 float* __restrict__ dw_partials) {
+  extern __shared__ float block_dw[];  // [n]
+  constexpr int kTeams = kTeamBackwardThreads / T;
+  const int lane = threadIdx.x & (T - 1), team = threadIdx.x / T;
+  const unsigned mask = team_mask<T>();
+  float acc[G][8];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
+  for (int64_t row = int64_t(blockIdx.x) * kTeams + team; row < rows; row += int64_t(gridDim.x) * kTeams) {
+    RowGroups<TX, G> xv;
+    RowGroups<TW, G> gv;
+    xv.template load<T>(x + row * n, n, lane);
+    gv.template load<T>(dy + row * n, n, lane);
+    const float r = rstd[row];
+    float dot = 0.f;  // sum of g * w * xhat over the row
+    for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
+      float wv[8];
+      load8(w + c, wv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float xhat = xv.at(g, i) * r;
+        dot += gv.at(g, i) * wv[i] * xhat;
+        acc[g][i] += gv.at(g, i) * to_float(from_float<TX>(xhat));
+      }
+    });
+    dot = team_sum<T>(dot, mask);
+    const float mean_dot = dot / float(n);
+    for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
+      float wv[8], out[8];
+      load8(w + c, wv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = r * (gv.at(g, i) * wv[i] - xv.at(g, i) * r * mean_dot);
+      store8(dx + row * n + c, out);
+    });
+  }
+  for (int t = 0; t < kTeams; ++t) {
+    if (team == t) {
+      for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) block_dw[c + i] = (t == 0 ? 0.f : block_dw[c + i]) + acc[g][i];
+      });
+    }
+    __syncthreads();
+  }
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) dw_partials[int64_t(blockIdx.x) * n + c] = block_dw[c];
+}
+
+// ---- general kernels: any row length and alignment ----
 
 // TX is the dtype of x (and dx), TW that of w (and y, dy): equal, or float32
 // x with bfloat16 w when the residual stream is kept in float32.
@@ -139,16 +290,32 @@ __global__ void rmsnorm_backward_kernel(const TW* __restrict__ dy, const TX* __r
   }
 }
 
-// dw[c] += sum over blocks of dw_partials[b][c]; one thread per column. A
-// bfloat16 dw (optimizer.main_grads_dtype=bf16) is rounded once, after the
-// fp32 sum is added to it.
+// dw[c] += the sum over blocks b of dw_partials[b][c]. A block covers
+// kSumColumns columns with kSumSlices threads each: slice k adds blocks k,
+// k + kSumSlices, ... in order, then the slices are added in slice order, so
+// the sum is fixed and a partial count in the thousands (short rows, many
+// blocks) still spreads over many threads. A bfloat16 dw
+// (optimizer.main_grads_dtype=bf16) is rounded once, after the fp32 sum is
+// added to it.
+constexpr int kSumColumns = 32, kSumSlices = 16;
+
 template <typename TG>
-__global__ void sum_partials_kernel(const float* __restrict__ partials, int nblocks, int64_t n, TG* __restrict__ dw) {
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < n; c += int64_t(gridDim.x) * blockDim.x) {
-    float s = 0.f;
-    for (int b = 0; b < nblocks; ++b) s += partials[int64_t(b) * n + c];
-    dw[c] = from_float<TG>(to_float(dw[c]) + s);
+__global__ void __launch_bounds__(kSumColumns * kSumSlices)
+    sum_partials_kernel(const float* __restrict__ partials, int nblocks, int64_t n, TG* __restrict__ dw) {
+  __shared__ float slice_sum[kSumSlices][kSumColumns];
+  const int col = threadIdx.x % kSumColumns, slice = threadIdx.x / kSumColumns;
+  const int64_t c = int64_t(blockIdx.x) * kSumColumns + col;
+  float s = 0.f;
+  if (c < n) {
+#pragma unroll 8
+    for (int b = slice; b < nblocks; b += kSumSlices) s += partials[int64_t(b) * n + c];
   }
+  slice_sum[slice][col] = s;
+  __syncthreads();
+  if (slice != 0 || c >= n) return;
+  float total = 0.f;
+  for (int k = 0; k < kSumSlices; ++k) total += slice_sum[k][col];
+  dw[c] = from_float<TG>(to_float(dw[c]) + total);
 }
 
 int64_t row_count(const Tensor& x, int64_t n) { return n == 0 ? 0 : x.numel() / n; }
@@ -168,6 +335,56 @@ void dispatch_x_w(DType x, DType w, const char* op, F&& f) {
   if (x == DType::F32 && w == DType::BF16) f(float{}, bf16{});
   else dispatch_activation(x, op, [&](auto tag) { f(tag, tag); });
 }
+
+// The team kernels' shape for rows of n: T lanes a row and G groups of 8
+// columns a lane (G a power of two, at most max_groups), or lanes = 0 when
+// the rows take the general kernels (shorter than 64, not in 8-column
+// groups, or longer than 32 * 8 * max_groups).
+struct TeamShape {
+  int lanes = 0, groups = 0;
+};
+
+TeamShape team_shape(int64_t n, int max_groups) {
+  if (n % 8 != 0 || n < 64) return {};
+  const int64_t columns8 = n / 8;
+  const int lanes = columns8 >= 32 ? 32 : columns8 >= 16 ? 16 : 8;
+  const int64_t needed = (columns8 + lanes - 1) / lanes;
+  int groups = 1;
+  while (groups < needed) groups *= 2;
+  if (groups > max_groups) return {};
+  return {lanes, groups};
+}
+
+// Calls f(T, G) as integral constants for a shape team_shape returned with
+// max_groups <= MaxG. Teams narrower than a warp only occur with G <= 2.
+template <int MaxG, typename F>
+void dispatch_team(TeamShape shape, F&& f) {
+  using std::integral_constant;
+  auto wide = [&](auto g) {
+    if constexpr (decltype(g)::value <= MaxG) f(integral_constant<int, 32>{}, g);
+  };
+  if (shape.lanes < 32) {
+    auto narrow = [&](auto t) {
+      if (shape.groups == 1) f(t, integral_constant<int, 1>{});
+      else f(t, integral_constant<int, 2>{});
+    };
+    if (shape.lanes == 8) narrow(integral_constant<int, 8>{});
+    else narrow(integral_constant<int, 16>{});
+    return;
+  }
+  switch (shape.groups) {
+    case 1: wide(integral_constant<int, 1>{}); return;
+    case 2: wide(integral_constant<int, 2>{}); return;
+    case 4: wide(integral_constant<int, 4>{}); return;
+    case 8: wide(integral_constant<int, 8>{}); return;
+    default: wide(integral_constant<int, 16>{}); return;
+  }
+}
+
+// Forward: a lane holds x's packs only, so 16 groups (n = 4096) fit in
+// bfloat16 and 8 in float32.
+template <typename TX>
+constexpr int kForwardMaxGroups = sizeof(TX) == 2 ? 16 : 8;
 
 }  // namespace
 
@@ -198,7 +415,17 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Te
     const TW* pw = static_cast<const TW*>(w.raw());
     TW* py = static_cast<TW*>(y.raw());
     float* pr = static_cast<float*>(rstd.raw());
-    if (n % 8 == 0 && aligned16(px) && aligned16(pw) && aligned16(py)) {
+    const bool vec = n % 8 == 0 && aligned16(px) && aligned16(pw) && aligned16(py);
+    const TeamShape team = vec ? team_shape(n, kForwardMaxGroups<TX>) : TeamShape{};
+    if (team.lanes > 0) {
+      dispatch_team<kForwardMaxGroups<TX>>(team, [&](auto t, auto g) {
+        constexpr int T = decltype(t)::value, G = decltype(g)::value;
+        const int64_t team_blocks = (rows + kThreads / T - 1) / (kThreads / T);
+        BB_CHECK(team_blocks <= INT32_MAX, op, ": too many rows (", rows, ")");
+        rmsnorm_forward_team_kernel<TX, TW, T, G>
+            <<<unsigned(team_blocks), kThreads, 0, stream>>>(px, pw, float(eps), rows, n, py, pr);
+      });
+    } else if (vec) {
       rmsnorm_forward_kernel<TX, TW, true>
           <<<unsigned(blocks), kThreads, 0, stream>>>(px, pw, float(eps), rows, n, py, pr);
     } else {
@@ -233,20 +460,8 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
   if (rows == 0) return;
   DeviceGuard guard(x.device().index);
   cudaStream_t stream = current_stream();
-  // Up to 8 warps per block, as many as leave two blocks' dw slices (and the
-  // shared memory the driver reserves per block) room in one SM: the grid is
-  // two blocks per SM.
-  const size_t slice_bytes = size_t(padded(n) + 1) * sizeof(float);
-  const size_t smem_budget = std::min<size_t>(device_properties().sharedMemPerBlockOptin,
-                                              device_properties().sharedMemPerMultiprocessor / 2 -
-                                                  device_properties().reservedSharedMemPerBlock);
-  BB_CHECK(slice_bytes <= size_t(device_properties().sharedMemPerBlockOptin), op, ": rows of ", n,
-           " elements exceed the shared memory of one block");
-  const int warps = int(std::clamp<size_t>(smem_budget / slice_bytes, 1, kWarpsPerBlock));
-  const size_t smem = slice_bytes * size_t(warps);
-  const int64_t row_blocks = (rows + warps - 1) / warps;
-  const int blocks = int(std::min<int64_t>(row_blocks, int64_t(device_properties().multiProcessorCount) * 2));
-  Tensor partials = Tensor::empty({int64_t(blocks), n}, DType::F32, x.device());
+  const int sms = device_properties().multiProcessorCount;
+  Tensor partials;
   dispatch_x_w(x.dtype(), w.dtype(), op, [&](auto xtag, auto wtag) {
     using TX = decltype(xtag);
     using TW = decltype(wtag);
@@ -254,24 +469,57 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
     const TX* px = static_cast<const TX*>(x.raw());
     const TW* pw = static_cast<const TW*>(w.raw());
     TX* pdx = static_cast<TX*>(dx.raw());
+    const float* pr = static_cast<const float*>(rstd.raw());
+    const bool vec = n % 8 == 0 && aligned16(pdy) && aligned16(px) && aligned16(pw) && aligned16(pdx);
+    const TeamShape team = vec ? team_shape(n, kMaxGroups<TX, TW>) : TeamShape{};
+    if (team.lanes > 0) {
+      // As many blocks as are resident at once, each looping over its teams'
+      // rows, so each block's dw partial covers many rows.
+      dispatch_team<kMaxGroups<TX, TW>>(team, [&](auto t, auto g) {
+        constexpr int T = decltype(t)::value, G = decltype(g)::value;
+        constexpr int kTeams = kTeamBackwardThreads / T;
+        auto kernel = rmsnorm_backward_team_kernel<TX, TW, T, G>;
+        const size_t smem = size_t(n) * sizeof(float);
+        int per_sm = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTeamBackwardThreads, smem));
+        const int blocks =
+            int(std::min<int64_t>((rows + kTeams - 1) / kTeams, int64_t(sms) * std::max(per_sm, 1)));
+        partials = Tensor::empty({int64_t(blocks), n}, DType::F32, x.device());
+        kernel<<<blocks, kTeamBackwardThreads, smem, stream>>>(pdy, px, pw, pr, rows, n, pdx,
+                                                               static_cast<float*>(partials.raw()));
+      });
+      return;
+    }
+    // Up to 8 warps per block, as many as leave two blocks' dw slices (and
+    // the shared memory the driver reserves per block) room in one SM: the
+    // grid is two blocks per SM.
+    const size_t slice_bytes = size_t(padded(n) + 1) * sizeof(float);
+    const size_t smem_budget =
+        std::min<size_t>(device_properties().sharedMemPerBlockOptin,
+                         device_properties().sharedMemPerMultiprocessor / 2 - device_properties().reservedSharedMemPerBlock);
+    BB_CHECK(slice_bytes <= size_t(device_properties().sharedMemPerBlockOptin), op, ": rows of ", n,
+             " elements exceed the shared memory of one block");
+    const int warps = int(std::clamp<size_t>(smem_budget / slice_bytes, 1, kWarpsPerBlock));
+    const size_t smem = slice_bytes * size_t(warps);
+    const int blocks = int(std::min<int64_t>((rows + warps - 1) / warps, int64_t(sms) * 2));
+    partials = Tensor::empty({int64_t(blocks), n}, DType::F32, x.device());
     auto launch = [&](auto kernel) {
       if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      kernel<<<blocks, warps * 32, smem, stream>>>(pdy, px, pw, static_cast<const float*>(rstd.raw()), rows, n, pdx,
-                                                 static_cast<float*>(partials.raw()));
+      kernel<<<blocks, warps * 32, smem, stream>>>(pdy, px, pw, pr, rows, n, pdx, static_cast<float*>(partials.raw()));
     };
-    if (n % 8 == 0 && aligned16(pdy) && aligned16(px) && aligned16(pw) && aligned16(pdx)) {
-      launch(rmsnorm_backward_kernel<TX, TW, true>);
-    } else {
-      launch(rmsnorm_backward_kernel<TX, TW, false>);
-    }
+    if (vec) launch(rmsnorm_backward_kernel<TX, TW, true>);
+    else launch(rmsnorm_backward_kernel<TX, TW, false>);
   });
   CUDA_CHECK_LAUNCH(op);
   const float* pp = static_cast<const float*>(partials.raw());
+  const int nblocks = int(partials.size(0));
+  const unsigned sum_blocks = unsigned((n + kSumColumns - 1) / kSumColumns);
+  constexpr int kSumThreads = kSumColumns * kSumSlices;
   if (dw.dtype() == DType::BF16)
-    sum_partials_kernel<<<grid_for(n, 256), 256, 0, stream>>>(pp, blocks, n, static_cast<bf16*>(dw.raw()));
+    sum_partials_kernel<<<sum_blocks, kSumThreads, 0, stream>>>(pp, nblocks, n, static_cast<bf16*>(dw.raw()));
   else
-    sum_partials_kernel<<<grid_for(n, 256), 256, 0, stream>>>(pp, blocks, n, static_cast<float*>(dw.raw()));
+    sum_partials_kernel<<<sum_blocks, kSumThreads, 0, stream>>>(pp, nblocks, n, static_cast<float*>(dw.raw()));
   CUDA_CHECK_LAUNCH("rmsnorm_backward (dw)");
 }
 

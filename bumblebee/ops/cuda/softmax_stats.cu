@@ -3,13 +3,24 @@
 // the bf16/fp32 logits [N, V].
 //
 // Each thread keeps a running (m, s): the max of the logits it has seen and
-// the sum of exp(x - m) over them, rescaled by exp(m_old - m_new) when a pack
-// raises the max (one exp per 16-byte pack, not per element). The threads of
-// a row then merge as M = max_i m_i, S = sum_i s_i exp(m_i - M). Loads are
-// 16-byte packs; a row whose start is off the 16-byte grid (V not a multiple
-// of the pack width) reads its first and last few elements one at a time.
-// Rows up to kWarpRowVocab logits get a warp each (8 rows a block), longer
-// rows a block of kThreads each. Statistics are fp32.
+// their sum of exponentials relative to it, rescaled when a step raises the
+// max. The threads of a row then merge as M = max_i m_i,
+// S = sum_i s_i exp(m_i - M), in a fixed order, so the result is the same
+// bits on every run. Rows up to kWarpRowVocab logits get a warp each (8 rows a
+// block), longer rows a block of kThreads each. Statistics are fp32.
+//
+// Shaped to keep up with HBM (a bf16 logit is 2 bytes, so the arithmetic per
+// logit must stay a handful of instructions):
+// - a step folds kPacksPerStep 16-byte packs, whose loads are all issued
+//   before any of their arithmetic: one max and one rescale a step, and
+//   64 bytes a thread in flight;
+// - a term is one fma and one MUFU.EX2, 2^(x log2(e) - m2) with
+//   m2 = fl(m log2(e)). Rounding m2 scales the whole row's sum by one common
+//   factor 2^(M log2(e) - M2), which the end takes out again from the
+//   rounding error that fma gives exactly; the rescales, once a step, use
+//   expf (see rescale), so neither leaves a bias in the sum.
+// A row whose start is off the 16-byte grid (V not a multiple of the pack
+// width) reads its first and last few elements one at a time.
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
 #include "bumblebee/ops/cuda/logits_checks.cuh"
@@ -19,23 +30,44 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kWarpRowVocab = 4096;
+constexpr int kPacksPerStep = 4;
+
+// 2^d (d <= 0) for rescaling a running sum to a raised max. ex2.approx runs a
+// fraction of an ulp low on average for d just below 0, and a sum rescaled at
+// every raised max and again at the merge would carry that bias each time;
+// expf's range reduction leaves none, and it runs once a step, not a term.
+__device__ __forceinline__ float rescale(float d) { return expf(kLn2 * d); }
+
+// fl(m log2(e)). Every exponent below is taken relative to this rounded
+// value, so it must not be fused into a neighbouring add or fma.
+__device__ __forceinline__ float log2e_times(float m) { return __fmul_rn(m, kLog2e); }
 
 struct RunningSoftmax {
-  float m = -INFINITY;  // max of the values folded in
-  float s = 0.f;        // sum of exp(x - m) over them
+  float m = -INFINITY;   // max of the values folded in
+  float m2 = -INFINITY;  // fl(m log2(e))
+  float s = 0.f;         // sum of 2^(x log2(e) - m2) over them
 
   template <int K>
   __device__ __forceinline__ void add(const float (&x)[K]) {
-    float pack_max = x[0];
+    float step_max = x[0];
 #pragma unroll
-    for (int i = 1; i < K; ++i) pack_max = fmaxf(pack_max, x[i]);
-    const float new_m = fmaxf(m, pack_max);
-    if (new_m == -INFINITY) return;  // only -inf logits so far: nothing to sum, and exp(-inf - -inf) is NaN
-    float acc = s * expf(m - new_m);  // m = -inf (nothing yet) gives 0 * 0
+    for (int i = 1; i < K; ++i) step_max = fmaxf(step_max, x[i]);
+    const float new_m = fmaxf(m, step_max);
+    if (new_m == -INFINITY) return;  // only -inf logits so far: nothing to sum, and -inf - -inf is NaN
+    const float new_m2 = log2e_times(new_m);
+    // One partial sum per 8 terms: short independent chains, summed in a fixed order.
+    constexpr int kChains = K >= 8 ? K / 8 : 1;
+    float part[kChains];
 #pragma unroll
-    for (int i = 0; i < K; ++i) acc += expf(x[i] - new_m);
+    for (int c = 0; c < kChains; ++c) part[c] = 0.f;
+#pragma unroll
+    for (int i = 0; i < K; ++i) part[i * kChains / K] += exp2_ftz(fmaf(x[i], kLog2e, -new_m2));
+    float acc = part[0];
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) acc += part[c];
+    s = fmaf(s, rescale(m2 - new_m2), acc);  // m2 = -inf (nothing yet) gives 0 * 0
     m = new_m;
-    s = acc;
+    m2 = new_m2;
   }
 };
 
@@ -51,12 +83,21 @@ __device__ __forceinline__ void fold_row(const T* row, int64_t v, int lane, int 
     st.add(x);
   }
   const T* body = row + head;
-#pragma unroll 4
-  for (int64_t p = lane; p < packs; p += width) {
-    const Pack16<T> pk = load_pack(body + p * N);
-    float x[N];
+  // A step's packs lie `width` packs apart, so each load of a warp is one
+  // contiguous 512 bytes.
+  int64_t p = lane;
+  for (; p + int64_t(kPacksPerStep - 1) * width < packs; p += int64_t(kPacksPerStep) * width) {
+    Pack16<T> pk[kPacksPerStep];
 #pragma unroll
-    for (int i = 0; i < N; ++i) x[i] = to_float(pk.v[i]);
+    for (int k = 0; k < kPacksPerStep; ++k) pk[k] = load_pack(body + (p + int64_t(k) * width) * N);
+    float x[kPacksPerStep * N];
+#pragma unroll
+    for (int k = 0; k < kPacksPerStep; ++k) unpack(pk[k], x + k * N);
+    st.add(x);
+  }
+  for (; p < packs; p += width) {
+    float x[N];
+    unpack(load_pack(body + p * N), x);
     st.add(x);
   }
   for (int64_t c = head + packs * N + lane; c < v; c += width) {
@@ -65,10 +106,22 @@ __device__ __forceinline__ void fold_row(const T* row, int64_t v, int lane, int 
   }
 }
 
-// A thread that saw no finite logit has s = 0 and adds nothing (its
-// exp(m_i - M) could be NaN when M is -inf too).
-__device__ __forceinline__ float rescaled(const RunningSoftmax& st, float row_max) {
-  return st.s > 0.f ? st.s * expf(st.m - row_max) : 0.f;
+// A thread's sum relative to the row's m2 (fl(M log2(e))). A thread that saw
+// no finite logit has s = 0 and adds nothing (its m2 - row_m2 could be NaN
+// when the row's is -inf too).
+__device__ __forceinline__ float rescaled(const RunningSoftmax& st, float row_m2) {
+  return st.s > 0.f ? st.s * rescale(st.m2 - row_m2) : 0.f;
+}
+
+// The row's sum of exp(x - M) from its sum of 2^(x log2(e) - M2): the factor
+// 2^(M2 - M log2(e)) = 2^-err is common to the row, and err, below half an
+// ulp of M2, is exact from fma. 2^-err = 1 + q with q = u + u^2 / 2,
+// u = -err ln(2) (the next term is below fp32 resolution while |M| < 1e5), so
+// the product is one fma with a single rounding.
+__device__ __forceinline__ float sumexp_of(float sum2, float row_max) {
+  if (!(sum2 > 0.f)) return sum2;
+  const float u = -fmaf(row_max, kLog2e, -log2e_times(row_max)) * kLn2;
+  return fmaf(sum2, fmaf(0.5f * u, u, u), sum2);
 }
 
 // Zero when the label belongs to another rank's columns or is masked, as in
@@ -89,10 +142,10 @@ __global__ void softmax_stats_block_kernel(const T* __restrict__ logits, const I
   RunningSoftmax st;
   fold_row(row, v, int(threadIdx.x), int(blockDim.x), st);
   const float m = block_max(st.m, scratch);
-  const float s = block_sum(rescaled(st, m), scratch);
+  const float s = block_sum(rescaled(st, log2e_times(m)), scratch);
   if (threadIdx.x == 0) {
     row_max[r] = m;
-    sumexp[r] = s;
+    sumexp[r] = sumexp_of(s, m);
     target_logit[r] = target_of(row, v, labels[r], vocab_start);
   }
 }
@@ -108,10 +161,10 @@ __global__ void softmax_stats_warp_kernel(const T* __restrict__ logits, const I*
   RunningSoftmax st;
   fold_row(row, v, lane, 32, st);
   const float m = warp_max(st.m);
-  const float s = warp_sum(rescaled(st, m));
+  const float s = warp_sum(rescaled(st, log2e_times(m)));
   if (lane == 0) {
     row_max[r] = m;
-    sumexp[r] = s;
+    sumexp[r] = sumexp_of(s, m);
     target_logit[r] = target_of(row, v, labels[r], vocab_start);
   }
 }

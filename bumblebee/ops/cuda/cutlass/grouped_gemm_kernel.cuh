@@ -1,7 +1,8 @@
 // The expert GEMM kernels of grouped_gemm_sm90.cu as templates over the tile,
 // the cluster and the schedule, with the per-call argument block they read:
-// the library instantiates its one configuration (ExpertGemmLibraryConfig),
-// benchmarks/grouped_gemm_tiles.cu the others it measures against it.
+// the library instantiates its two configurations (LibraryConfig,
+// SmallExpertConfig), benchmarks/grouped_gemm_tiles.cu the others it measures
+// against them.
 // CUTLASS headers, sm_90a only; included by .cu files alone.
 #pragma once
 
@@ -43,8 +44,11 @@ struct Config {
 };
 
 // The library's: 128x256x64 tiles, clusters of 2x1 (TMA multicast of B across
-// the pair), cooperative (grouped_gemm_sm90.cu says why).
+// the pair), cooperative; and the same without the cluster for the forward
+// and input-gradient GEMMs of experts with few rows (grouped_gemm_sm90.cu
+// says why).
 using LibraryConfig = Config<128, 256, 64, 2, 1, false>;
+using SmallExpertConfig = Config<128, 256, 64, 1, 1, false>;
 
 // One GEMM kind under configuration C: bf16 A and B in the given layouts, fp32
 // accumulation, D row-major in ElementD with alpha/beta (C is D). kStages: the

@@ -1,13 +1,17 @@
 // CUTLASS 3 Hopper ptr-array grouped GEMM for the MoE experts (see
 // grouped_gemm_sm90.h). Compiled for sm_90a alone (wgmma and TMA need it).
 //
-// One tile configuration for every case: 128x256x64 tiles, the cooperative
-// warp-specialized schedule (two consumer warp groups share a tile), clusters
-// of 2x1 (TMA multicast of B across the pair). benchmarks/grouped_gemm_tiles.cu
-// measured nine tile, cluster and schedule choices at the Qwen3-30B-A3B (~512
-// rows an expert) and DeepSeek-V3 (~2,048) expert shapes: clusters of 1x1 are
-// 2 % faster on the first and 3 % slower on the second, and no other choice is
-// faster on both, so one set of four kernels keeps the compile to a few minutes.
+// 128x256x64 tiles and the cooperative warp-specialized schedule (two
+// consumer warp groups share a tile) for every case, with clusters of 2x1 (TMA
+// multicast of B across the pair) or, for the forward and input-gradient
+// GEMMs of experts averaging fewer than kSmallExpertRows rows, 1x1.
+// benchmarks/grouped_gemm_tiles.cu measured nine tile, cluster and schedule
+// choices at the Qwen3-30B-A3B (~512 rows an expert) and DeepSeek-V3 (~2,048)
+// expert shapes: no tile or schedule beats this one on both; clusters of 1x1
+// take 4-7 % off the forward and input-gradient GEMMs at ~512 rows (the pair's
+// multicast saves less than the cluster's tile pairing costs on short
+// problems) and add up to 3 % at ~2,048; on the weight gradients, where the
+// rows are the reduction, the two are within 1 %.
 //
 // The row-major problems map directly onto CUTLASS's D [M, N] = A [M, K] B [K, N]
 // with D row-major: Forward has A K-major (RowMajor) and B K-major
@@ -120,6 +124,17 @@ void run(const std::vector<ExpertGemmGroup>& groups, float alpha, float beta) {
 }
 
 using Library = Kinds<LibraryConfig>;
+using SmallExperts = Kinds<SmallExpertConfig>;
+
+// Between the two measured shapes (~512 and ~2,048 rows an expert).
+constexpr int64_t kSmallExpertRows = 1024;
+
+// Whether the groups' rows (m) average fewer than kSmallExpertRows.
+bool small_experts(const std::vector<ExpertGemmGroup>& groups) {
+  int64_t rows = 0;
+  for (const ExpertGemmGroup& g : groups) rows += g.m;
+  return rows < kSmallExpertRows * int64_t(groups.size());
+}
 
 }  // namespace
 
@@ -132,8 +147,12 @@ void cutlass_grouped_gemm(ExpertGemm kind, DType d, const std::vector<ExpertGemm
                           float beta) {
   if (groups.empty()) return;
   switch (kind) {
-    case ExpertGemm::Forward: return run<Library::Forward>(groups, alpha, beta);
-    case ExpertGemm::InputGrad: return run<Library::InputGrad>(groups, alpha, beta);
+    case ExpertGemm::Forward:
+      if (small_experts(groups)) return run<SmallExperts::Forward>(groups, alpha, beta);
+      return run<Library::Forward>(groups, alpha, beta);
+    case ExpertGemm::InputGrad:
+      if (small_experts(groups)) return run<SmallExperts::InputGrad>(groups, alpha, beta);
+      return run<Library::InputGrad>(groups, alpha, beta);
     case ExpertGemm::WeightGrad:
       if (d == DType::F32) return run<Library::WeightGrad>(groups, alpha, beta);
       return run<Library::WeightGradBf16>(groups, alpha, beta);
