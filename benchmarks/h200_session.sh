@@ -32,6 +32,9 @@
 #             parameters), seq 4096, 1 x 4096 tokens a microbatch, 4 microbatches; BENCH_PROFILE=N profiled steps
 #   moe_bench bb-bench on the Qwen3-30B-A3B architecture cut to MOE_LAYERS layers (default 4), 2 x 4096
 #             tokens a microbatch, 4 microbatches; BENCH_PROFILE=N profiled steps
+#   moe_fit   the largest cut of the same architecture that trains on the GPU, per variant (BENCH_VARIANTS, default
+#             "bf16grads base"): the layer counts of MOE_FIT_LAYERS_NAME tried largest first, the first that runs
+#             reported with its memory breakdown
 #   peers     the PyTorch peers on the same machine (benchmarks/baselines): torchtitan 0.3.0 (wheels in .whl/,
 #             made by benchmarks/baselines/fetch_wheels.sh and carried) on Qwen3-0.6B mb 4, 1.7B mb 2, 8B
 #             (12 layers) mb 2, 30B-A3B (4 layers) mb 2, and HF transformers on 30B-A3B (4 layers, grouped_mm
@@ -156,6 +159,11 @@ record_json() {  # FILE RUNNER: FILE's JSON object as one line, with "runner" ad
 : "${BENCH_ARGS_bf16all:=optimizer.exp_avg_dtype=bf16 optimizer.exp_avg_sq_dtype=bf16 optimizer.main_params_dtype=bf16}"
 : "${BENCH_ARGS_bf16grads:=$BENCH_ARGS_bf16all optimizer.main_grads_dtype=bf16}"
 variant_args() { local a=BENCH_ARGS_$1; echo "${!a:-}"; }
+# moe_fit's layer counts per variant (MOE_FIT_LAYERS_NAME, else MOE_FIT_LAYERS), largest first, from the
+# 4-layer breakdown: ~4.6 GiB of state a layer at bf16grads, ~10.4 at fp32 state, plus ~0.9 of activations.
+: "${MOE_FIT_LAYERS_bf16grads:=24 23 22 21 20 19 18 16}"
+: "${MOE_FIT_LAYERS_base:=12 11 10 9 8}"
+fit_layers() { local a=MOE_FIT_LAYERS_$1; echo "${!a:-${MOE_FIT_LAYERS:-24 20 16 12 8}}"; }
 variant_suffix() { [ "$1" = base ] || echo "_$1"; }
 
 for stage in $stages; do
@@ -346,6 +354,23 @@ PY
         bb_bf16_residual="$LOGS/parity_bb_resbf16.json" ;;
     moe_parity) moe_parity moe ;;
     dsv3_parity) moe_parity dsv3 ;;
+    moe_fit)
+      # The largest truncation of the Qwen3-30B-A3B architecture that trains on one GPU (same batch as moe_bench):
+      # per variant, the layer counts of fit_layers tried from the first; the first that runs is kept.
+      for v in ${BENCH_VARIANTS:-bf16grads base}; do
+        for l in $(fit_layers $v); do
+          m=qwen3-30b-a3b_${l}l$(variant_suffix $v)
+          if timeout 300 $bin/bb-bench hf_path=configs/qwen3-30b-a3b backend.device=cuda bench.truncate_layers=$l \
+              bench.seq_len=4096 bench.micro_batch_size=2 bench.num_microbatches=4 bench.steps=2 bench.warmup=1 \
+              $(variant_args $v) output_json="$LOGS/bench_$m.json" > "$LOGS/bench_$m.log" 2>&1; then
+            echo "moe_fit $m $(variant_args $v): fits"
+            grep -E "^step" "$LOGS/bench_$m.log" | tail -1; grep -E "^memory" "$LOGS/bench_$m.log"
+            record_json "$LOGS/bench_$m.json" bb
+            break
+          fi
+          echo "moe_fit $m: does not fit: $(grep -m1 -iE "out of memory|error" "$LOGS/bench_$m.log" | cut -c1-200)"
+        done
+      done ;;
     dsv3_bench)
       m=deepseek-v3-16e_4l
       timeout 400 $bin/bb-bench hf_path=configs/deepseek-v3 backend.device=cuda bench.truncate_layers=4 \
