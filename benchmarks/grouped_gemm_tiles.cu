@@ -67,8 +67,9 @@
 #error "build one configuration: -DGG_CONFIG=N, N from the table at the top of this file"
 #endif
 
-// The kernels live in a named namespace because nvcc's generated kernel stubs
-// fail to compile for templates of an anonymous namespace holding `using namespace cute`.
+// A named namespace, not an anonymous one: nvcc cannot compile the host code
+// it generates for kernel templates of an anonymous namespace that holds
+// `using namespace cute`.
 namespace gg {
 
 using namespace cute;

@@ -85,7 +85,9 @@ __device__ __forceinline__ void load8(const T* p, float (&f)[8]) {
   }
 }
 
-template <typename T>
+// kStream: evict-first stores (st.global.cs), for data written once that
+// should not push out of L2 what the kernel still reads.
+template <typename T, bool kStream = false>
 __device__ __forceinline__ void store8(T* p, const float (&f)[8]) {
   constexpr int N = Pack16<T>::N;
 #pragma unroll
@@ -93,7 +95,8 @@ __device__ __forceinline__ void store8(T* p, const float (&f)[8]) {
     Pack16<T> pk;
 #pragma unroll
     for (int i = 0; i < N; ++i) pk.v[i] = from_float<T>(f[j + i]);
-    store_pack(p + j, pk);
+    if constexpr (kStream) __stcs(reinterpret_cast<uint4*>(p + j), *reinterpret_cast<const uint4*>(&pk));
+    else store_pack(p + j, pk);
   }
 }
 

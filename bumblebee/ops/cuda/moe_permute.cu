@@ -51,22 +51,12 @@ __device__ __forceinline__ void store_w(T* p, const float (&v)[8]) {
   else *p = from_float<T>(v[0]);
 }
 
-// store_w through evict-first stores (st.global.cs), for rows written once
-// that should not push out of L2 what the kernel still reads.
+// store_w through evict-first stores, for rows written once that should not
+// push out of L2 what the kernel still reads.
 template <typename T, int W>
 __device__ __forceinline__ void store_w_streaming(T* p, const float (&v)[8]) {
-  if constexpr (W == 8) {
-    constexpr int N = Pack16<T>::N;
-#pragma unroll
-    for (int j = 0; j < 8; j += N) {
-      Pack16<T> pk;
-#pragma unroll
-      for (int i = 0; i < N; ++i) pk.v[i] = from_float<T>(v[j + i]);
-      __stcs(reinterpret_cast<uint4*>(p + j), *reinterpret_cast<const uint4*>(&pk));
-    }
-  } else {
-    __stcs(p, from_float<T>(v[0]));
-  }
+  if constexpr (W == 8) store8<T, true>(p, v);
+  else __stcs(p, from_float<T>(v[0]));
 }
 
 // ---- CUDA kernels -----------------------------------------------------------------------
