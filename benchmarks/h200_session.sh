@@ -161,8 +161,8 @@ record_json() {  # FILE RUNNER: FILE's JSON object as one line, with "runner" ad
 variant_args() { local a=BENCH_ARGS_$1; echo "${!a:-}"; }
 # moe_fit's layer counts per variant (MOE_FIT_LAYERS_NAME, else MOE_FIT_LAYERS), largest first, from the
 # 4-layer breakdown: ~4.6 GiB of state a layer at bf16grads, ~10.4 at fp32 state, plus ~0.9 of activations.
-: "${MOE_FIT_LAYERS_bf16grads:=24 23 22 21 20 19 18 16}"
-: "${MOE_FIT_LAYERS_base:=12 11 10 9 8}"
+: "${MOE_FIT_LAYERS_bf16grads:=23 22 21 20}"
+: "${MOE_FIT_LAYERS_base:=11 10 9}"
 fit_layers() { local a=MOE_FIT_LAYERS_$1; echo "${!a:-${MOE_FIT_LAYERS:-24 20 16 12 8}}"; }
 variant_suffix() { [ "$1" = base ] || echo "_$1"; }
 

@@ -35,6 +35,7 @@ void sum_tied_grad_over_pipeline_ends(dist::Communicator& pp, Parameter& tied) {
   const int peer = pp.rank() == 0 ? pp.size() - 1 : 0;
   BB_CHECK(pp.rank() == 0 || pp.rank() == pp.size() - 1, "tied parameter '", tied.name, "' on pp rank ", pp.rank(),
            ", which is neither the first nor the last stage of ", pp.size());
+  grad_to_accumulate(tied);
   Tensor theirs = Tensor::empty(tied.grad.shape(), tied.grad.dtype(), tied.grad.device());
   pp.batch_isend_irecv({dist::P2POp::send(tied.grad, peer), dist::P2POp::recv(theirs, peer)})->wait();
   ops::add_(tied.grad, theirs);

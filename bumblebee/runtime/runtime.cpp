@@ -546,6 +546,8 @@ OptimizerStepResult Runtime::optimizer_step(ModelHandle& h) {
   ModelState& st = h.state();
   BB_CHECK(st.training, "optimizer_step in eval mode");
   check_on_device(st, OffloadParts{}, "optimizer_step");
+  // A zero_grad without a backward since leaves lazily zeroed gradients pending.
+  for (auto& chunk : st.chunks) chunk->params().settle_grads();
   OptimizerStepResult result = st.optimizer->step(st.schedule->lr_at(st.scheduler_steps));
   st.microbatches_this_step = 0;
   for (auto& chunk : st.chunks) chunk->after_optimizer_step();

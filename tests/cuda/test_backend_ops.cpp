@@ -168,6 +168,9 @@ void grouped_gemm_cases(std::vector<Case>& cases) {
                                EnvOverride env("BB_GROUPED_GEMM", engine);
                                std::vector<Tensor> dw_gpu, dw_cpu;
                                matrices(gen, groups, {n, k}, gdt, dw_gpu, dw_cpu);
+                               // An overwrite must not read dw: a lazily zeroed gradient holds stale values.
+                               if (beta == 0.0)
+                                 for (Tensor& t : dw_gpu) t.fill_(std::nan(""));
                                Pair dy = random_pair(gen, {rows, n}, dt), x = random_pair(gen, {rows, k}, dt);
                                cuda::grouped_gemm_weight_grad(dy.gpu, x.gpu, offsets, dw_gpu, 1.0, beta);
                                ops::grouped_gemm_weight_grad(dy.cpu, x.cpu, offsets, dw_cpu, 1.0, beta);

@@ -71,12 +71,14 @@ Decoder::Decoder(DecoderSpec spec, const BuildContext& ctx) : spec_(std::move(sp
                                                     spec_.build_layer, ctx_.residual_dtype);
   }
   store_.allocate(ctx_.param_groups, ctx_.dtype, ctx_.grad_dtype, ctx_.device, ctx_.grad_bucket_size);
+  if (spec_.lazy_grad_zero) store_.defer_zero_grads();
 }
 
 void Decoder::init_weights(uint64_t seed) {
   // Each parameter draws from a generator keyed by its name, at the full
   // tensor's indices, so every layout initialises the same model (and a tied
   // embedding's copy on the last stage equals the first stage's).
+  std::vector<NormalInit> normal;
   for (Parameter& p : store_.params()) {
     if (p.init == InitKind::Ones || p.init == InitKind::Zeros) {
       p.value.fill_(p.init == InitKind::Ones ? 1.0 : 0.0);
@@ -86,8 +88,9 @@ void Decoder::init_weights(uint64_t seed) {
       init_kaiming_uniform_shard(p, seed ^ std::hash<std::string>{}(p.name));
       continue;
     }
-    init_normal_shard(p, seed ^ std::hash<std::string>{}(p.name), spec_.initializer_range);
+    normal.push_back({&p, seed ^ std::hash<std::string>{}(p.name)});
   }
+  init_normal_shards(normal, spec_.initializer_range);
 }
 
 std::vector<Parameter*> Decoder::tied_params() {
@@ -143,10 +146,15 @@ Tensor Decoder::backward(const DeviceMicroBatch& mb, const Tensor& grad_out, For
     grads_ready(layer_first_param_[unit_first_layer_[u]], layer_first_param_[unit_first_layer_[u + 1]],
                 on_grad_ready);
   }
-  if (!embed_) return dx;
-  embed_->backward(dx, st.embed);
-  grads_ready(0, layer_first_param_.front(), on_grad_ready);
-  return Tensor();
+  if (embed_) {
+    embed_->backward(dx, st.embed);
+    grads_ready(0, layer_first_param_.front(), on_grad_ready);
+    dx = Tensor();
+  }
+  // After every backward no gradient is left pending, so it reads as the sum
+  // it stands for (a parameter this microbatch did not reach: zeros).
+  store_.settle_grads();
+  return dx;
 }
 
 AuxLoss Decoder::aux_loss(const ForwardState& state) const {
@@ -181,6 +189,7 @@ void Decoder::grads_ready(size_t first, size_t end, const GradReadyFn& on_grad_r
   for (size_t i = first; i < end; ++i) {
     Parameter& p = store_.params()[i];
     if (!p.requires_grad()) continue;
+    grad_to_accumulate(p);   // a gradient no microbatch wrote is zero
     // Expert parameters are not replicated over tp: each rank's are whole
     // gradients of the rows its etp group computed (SparseMoE), summed over edp only.
     if (p.replicated_over_tp() && p.cls != ParamClass::Expert) tp.reduce_replicated_grad(p.grad);

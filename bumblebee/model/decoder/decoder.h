@@ -40,6 +40,11 @@ struct DecoderSpec {
   ModelChunk::RouterShape router_shape;   // the whole model's (router replay)
   // Declares and builds decoder layer `layer`, its parameters named `prefix` + HF suffix.
   DecoderLayerFactory build_layer;
+  // The layers build_layer makes write every gradient through grad_write_beta
+  // or grad_to_accumulate (parameter.h), as the library's modules do: the
+  // store then zeroes gradients lazily (ParamStore::defer_zero_grads). False
+  // for a factory whose layers may add into gradients on their own.
+  bool lazy_grad_zero = false;
   // Multi-token prediction (multi_token_prediction.h): `mtp_depths` MTP
   // layers on the last stage after the final decoder layer, depth k built
   // around decoder layer num_layers + k - 1; their objective, scaled by

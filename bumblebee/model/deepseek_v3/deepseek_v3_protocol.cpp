@@ -70,6 +70,7 @@ std::unique_ptr<ModelChunk> DeepseekV3Protocol::build_model(const nlohmann::json
                        false};
   spec.mtp_depths = cfg.num_nextn_predict_layers;
   spec.mtp_loss_scale = cfg.mtp_loss_scaling_factor;
+  spec.lazy_grad_zero = true;   // the layers below are the library's modules
   spec.build_layer = [mla, &pc, inv_freq, cfg, moe_index, recompute = ctx.recompute, range = ctx.layers](
                          ParamStore& store, const std::string& prefix, int64_t layer) {
     const SelectiveRecompute sel = recompute.selective_for(layer, range);

@@ -50,6 +50,7 @@ std::unique_ptr<ModelChunk> DenseProtocol::build_model(const nlohmann::json& mod
            "backend.recompute_modules: 'moe' needs a model with MoE layers; '", cfg.model_type, "' has none");
 
   DecoderSpec spec = dense_decoder_spec(cfg, cfg.to_json());
+  spec.lazy_grad_zero = true;   // the layers below are the library's modules
   spec.build_layer = [lc, &pc, inv_freq, cfg, recompute = ctx.recompute, range = ctx.layers](
                          ParamStore& store, const std::string& prefix, int64_t layer) {
     const SelectiveRecompute sel = recompute.selective_for(layer, range);

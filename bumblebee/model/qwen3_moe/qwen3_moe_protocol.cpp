@@ -58,6 +58,7 @@ std::unique_ptr<ModelChunk> Qwen3MoeProtocol::build_model(const nlohmann::json& 
     bias_update = std::make_shared<ExpertBiasUpdate>(cfg.moe_router_bias_update_rate, pc.dp_cp());
     spec.after_optimizer_step = [bias_update] { bias_update->update(); };
   }
+  spec.lazy_grad_zero = true;   // the layers below are the library's modules
   spec.build_layer = [lc, &pc, inv_freq, cfg, moe_index, bias_update, recompute = ctx.recompute, range = ctx.layers](
                          ParamStore& store, const std::string& prefix, int64_t layer) {
     const SelectiveRecompute sel = recompute.selective_for(layer, range);

@@ -19,7 +19,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, DType act_dtype, Saved
 
 void VocabParallelEmbedding::backward(const Tensor& dy, const Saved& s) {
   Tensor dy_full = tp_->exit_backward(dy);
-  if (weight_->requires_grad()) ops::embedding_backward(dy_full, s.ids, weight_->shard_begin, weight_->grad);
+  if (weight_->requires_grad()) ops::embedding_backward(dy_full, s.ids, weight_->shard_begin, grad_to_accumulate(*weight_));
 }
 
 }  // namespace bb

@@ -12,10 +12,10 @@ Tensor linear_forward(const Tensor& x, const Tensor& w) {
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& dx,
-                     bool accumulate_dx) {
+                     bool accumulate_dx, double dw_beta) {
   if (!accumulate_dx) dx = Tensor::empty({dy.size(0), w.size(1)}, dy.dtype(), dy.device());
   ops::matmul(dy, false, w, false, dx, 1.0, accumulate_dx ? 1.0 : 0.0);
-  if (dw.defined()) ops::matmul(dy, true, x, false, dw, 1.0, 1.0);
+  if (dw.defined()) ops::matmul(dy, true, x, false, dw, 1.0, dw_beta);
 }
 
 ColumnParallelLinear::ColumnParallelLinear(ParamStore& store, const std::string& name, int64_t in_features,
@@ -38,7 +38,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x_full, const LoraDropout& dr
 void ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x_full, Tensor& dx_full, bool accumulate_dx,
                                     const LoraDropout& drop) {
   const Tensor dz = lora_ ? lora_->output_grad(dy, x_full) : dy;
-  linear_backward(dz, x_full, weight_->value, weight_->grad, dx_full, accumulate_dx);
+  linear_backward(dz, x_full, weight_->value, weight_->grad, dx_full, accumulate_dx, grad_write_beta(*weight_));
   if (lora_) lora_->backward(dz, x_full, dx_full, 0, drop);
 }
 
@@ -59,7 +59,7 @@ Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x_local, cons
   Tensor dy_full = tp_->exit_backward(dy);
   if (lora_) dy_full = lora_->output_grad(dy_full, x_local);
   Tensor dx;
-  linear_backward(dy_full, x_local, weight_->value, weight_->grad, dx, false);
+  linear_backward(dy_full, x_local, weight_->value, weight_->grad, dx, false, grad_write_beta(*weight_));
   if (lora_) lora_->backward(dy_full, x_local, dx, 0, drop);
   return dx;
 }

@@ -23,10 +23,11 @@ namespace bb {
 
 // y = x W^T and its backward for a weight (or a fused view of adjacent weights).
 Tensor linear_forward(const Tensor& x, const Tensor& w);
-// dx = dy W (or dx += dy W when accumulate_dx), dW += dy^T x (skipped when
-// dw is undefined: a frozen weight).
+// dx = dy W (or dx += dy W when accumulate_dx), dW = dy^T x + dw_beta dW
+// (skipped when dw is undefined: a frozen weight); dw_beta comes from
+// grad_write_beta (parameter.h).
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& dx,
-                     bool accumulate_dx);
+                     bool accumulate_dx, double dw_beta);
 
 class ColumnParallelLinear {
  public:

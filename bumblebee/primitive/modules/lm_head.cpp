@@ -70,7 +70,9 @@ Tensor LMHead::run(const Tensor& h_full, const Tensor& labels, const Tensor& dlo
       ops::cross_entropy_backward(logits, lab, weight_->shard_begin, lse, dloss.narrow(t0, n), logits);
     Tensor dh = dh_full->narrow(t0, n);
     ops::matmul(logits, false, w, false, dh, inv_temperature_, 0.0);
-    if (dw.defined()) ops::matmul(logits, true, h, false, dw, inv_temperature_, 1.0);
+    // The first chunk may overwrite a pending gradient: the padded vocabulary
+    // rows past V, which no write reaches, stay the zeros they were allocated as.
+    if (dw.defined()) ops::matmul(logits, true, h, false, dw, inv_temperature_, t0 == 0 ? grad_write_beta(*weight_) : 1.0);
   }
   if (entropy) *entropy = ent;
   return loss;

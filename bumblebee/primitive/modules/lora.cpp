@@ -225,7 +225,7 @@ Tensor LoraAdapter::output_grad(const Tensor& dy, const Tensor& x, int64_t col) 
     ops::matmul(z, true, ones({T, 1}, dy.dtype(), dy.device()), false, col_sums);
     std::vector<double> dm = col_sums.narrow(col, out).to_doubles();
     for (int64_t j = 0; j < out; ++j) dm[size_t(j)] /= norm[size_t(j)];
-    ops::add_(m_->grad, Tensor::from_doubles(dm, {out}, m_->grad.dtype()).to(dy.device()));
+    ops::add_(grad_to_accumulate(*m_), Tensor::from_doubles(dm, {out}, m_->grad.dtype()).to(dy.device()));
   }
   Tensor dz = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
   ops::mul(dy, placed_scale(T, width, col, norm), dz);
@@ -242,14 +242,14 @@ void LoraAdapter::backward(const Tensor& dy, const Tensor& x_in, Tensor& dx, int
   ops::matmul(dy, false, b, false, g);
   if (b_->requires_grad()) {
     if (b.shares_storage(b_->value)) {
-      ops::matmul(dy, true, u, false, b_->grad, scaling_, 1.0);
+      ops::matmul(dy, true, u, false, b_->grad, scaling_, grad_write_beta(*b_));
     } else {
       Tensor d_placed = Tensor::empty(b.shape(), b_->grad.dtype(), dy.device());
       ops::matmul(dy, true, u, false, d_placed);
-      ops::add_(b_->grad, d_placed.narrow(col, out), scaling_);
+      ops::add_(grad_to_accumulate(*b_), d_placed.narrow(col, out), scaling_);
     }
   }
-  if (a_->requires_grad()) ops::matmul(g, true, x, false, a_->grad, scaling_, 1.0);
+  if (a_->requires_grad()) ops::matmul(g, true, x, false, a_->grad, scaling_, grad_write_beta(*a_));
   if (!dropping(drop)) {
     ops::matmul(g, false, a_->value, false, dx, scaling_, 1.0);
     return;

@@ -165,7 +165,7 @@ Tensor MLAttention::backward(const Tensor& dy, const SequenceLayout& seq, std::u
   sel_c_.backward(kv_a_layernorm_->backward(d_c, s.kv_a_norm), d_kv_a, false);
   sel_k_rope_.backward(dk_rope, d_kv_a, true);
   Tensor dx_full;
-  linear_backward(d_kv_a, s.x_full, kv_a_proj_->value, kv_a_proj_->grad, dx_full, false);
+  linear_backward(d_kv_a, s.x_full, kv_a_proj_->value, kv_a_proj_->grad, dx_full, false, grad_write_beta(*kv_a_proj_));
 
   // The q path.
   Tensor d_q;
@@ -176,7 +176,7 @@ Tensor MLAttention::backward(const Tensor& dy, const SequenceLayout& seq, std::u
     Tensor d_q_a;
     q_b_proj_->backward(d_q, s.q_a_normed, d_q_a, false, seq.lora_dropout);
     linear_backward(q_a_layernorm_->backward(d_q_a, s.q_a_norm), s.x_full, q_a_proj_->value, q_a_proj_->grad,
-                    dx_full, true);
+                    dx_full, true, grad_write_beta(*q_a_proj_));
   } else {
     q_b_proj_->backward(d_q, s.x_full, dx_full, true, seq.lora_dropout);
   }

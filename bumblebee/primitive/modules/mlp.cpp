@@ -48,7 +48,7 @@ Tensor SwiGLUMLP::backward(const Tensor& dy, const SequenceLayout& seq, std::uni
   Tensor dw = store_->fused_grad(gate_proj_.weight(), up_proj_.weight());
   Tensor dx_full;
   linear_backward(d_gate_up, s.x_full, store_->fused_value(gate_proj_.weight(), up_proj_.weight()), dw, dx_full,
-                  false);
+                  false, store_->fused_grad_beta(gate_proj_.weight(), up_proj_.weight()));
   if (LoraAdapter* a = gate_proj_.lora()) a->backward(d_gate_up, s.x_full, dx_full, 0, seq.lora_dropout);
   if (LoraAdapter* a = up_proj_.lora()) a->backward(d_gate_up, s.x_full, dx_full, gate_proj_.local_out(), seq.lora_dropout);
   state.reset();

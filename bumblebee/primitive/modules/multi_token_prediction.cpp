@@ -77,7 +77,7 @@ Tensor MtpLayer::backward(const Tensor& dh_next, const Tensor& dloss, const Sequ
   if (dh_next.defined()) ops::add_(dout, dh_next);
   const Tensor dx = layer_->backward(dout, seq, s.layer).to(eh_proj_->value.dtype());
   Tensor dcat;
-  linear_backward(dx, s.cat, eh_proj_->value, eh_proj_->grad, dcat, false);
+  linear_backward(dx, s.cat, eh_proj_->value, eh_proj_->grad, dcat, false, grad_write_beta(*eh_proj_));
   s.cat = Tensor();
   embed_.backward(enorm_.backward(embed_columns_.forward(dcat), s.enorm), s.embed);
   return hnorm_.backward(hidden_columns_.forward(dcat), s.hnorm);

@@ -182,9 +182,69 @@ Tensor ParamStore::fused_grad(const Parameter& first, const Parameter& last) con
   return fused(first.group->flat_grads(), first, last);
 }
 
+double ParamStore::fused_grad_beta(const Parameter& first, const Parameter& last) {
+  std::vector<Parameter*> run;
+  for (size_t i = first.index; i <= last.index; ++i) run.push_back(&params_[i]);
+  return grad_write_beta(run);
+}
+
 void ParamStore::zero_grads() {
-  for (auto& g : groups_)
-    if (g->flat_grads_.defined()) g->flat_grads_.zero_();
+  for (auto& g : groups_) {
+    if (!g->flat_grads_.defined()) continue;
+    if (!defer_zero_) {
+      g->flat_grads_.zero_();
+      continue;
+    }
+    for (Parameter* p : g->params_) p->grad_pending_zero = true;
+  }
+}
+
+void ParamStore::settle_grads() {
+  for (auto& g : groups_) {
+    if (!g->flat_grads_.defined()) continue;
+    // A run spans the bucket padding between its parameters, which is zero already.
+    int64_t begin = -1, end = 0;
+    auto flush = [&] {
+      if (begin >= 0) g->flat_grads_.narrow(begin, end - begin).zero_();
+      begin = -1;
+    };
+    for (Parameter* p : g->params_) {
+      if (!p->grad_pending_zero) {
+        flush();
+        continue;
+      }
+      p->grad_pending_zero = false;
+      if (begin < 0) begin = p->offset;
+      end = p->offset + p->grad.numel();
+    }
+    flush();
+  }
+}
+
+double grad_write_beta(Parameter& p) {
+  if (!p.grad_pending_zero) return 1.0;
+  p.grad_pending_zero = false;
+  return 0.0;
+}
+
+double grad_write_beta(const std::vector<Parameter*>& ps) {
+  size_t pending = 0;
+  for (const Parameter* p : ps) pending += p->grad_pending_zero ? 1 : 0;
+  if (pending == 0) return 1.0;
+  if (pending == ps.size()) {
+    for (Parameter* p : ps) p->grad_pending_zero = false;
+    return 0.0;
+  }
+  for (Parameter* p : ps) grad_to_accumulate(*p);
+  return 1.0;
+}
+
+Tensor& grad_to_accumulate(Parameter& p) {
+  if (p.grad_pending_zero) {
+    p.grad.zero_();
+    p.grad_pending_zero = false;
+  }
+  return p.grad;
 }
 
 }  // namespace bb

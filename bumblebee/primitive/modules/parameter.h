@@ -74,7 +74,24 @@ struct Parameter {
   ParamGroup* group = nullptr;
   size_t group_index = 0;    // position inside its group
   int64_t offset = 0;        // element offset in the group's flat buffers
+  // Set by zero_grads in a store that defers zeroing (ParamStore::defer_zero_grads):
+  // grad holds stale values that stand for zeros until its first write.
+  bool grad_pending_zero = false;
 };
+
+// Gradients zeroed lazily. In a store that defers zeroing, zero_grads only
+// marks every gradient pending, and a backward writes each gradient's first
+// contribution of the step instead of adding it to zeros: the step saves a
+// pass over every gradient (the memset) and, for gradients a GEMM writes, the
+// first microbatch's read of them.
+//   grad_write_beta: the beta of a GEMM about to write the whole gradient of
+//     every parameter in `ps` (the 0 of an overwrite when all are pending,
+//     else 1; pending ones among others are zeroed first). Clears their flags.
+//   grad_to_accumulate: p.grad for a write that adds into it (a scatter-add,
+//     a sum over part of it), zeroed first if pending.
+double grad_write_beta(Parameter& p);
+double grad_write_beta(const std::vector<Parameter*>& ps);
+Tensor& grad_to_accumulate(Parameter& p);
 
 // A group's identity and optimizer settings. Parameters whose specs have the
 // same name share a group; the other fields must then agree.
@@ -161,7 +178,17 @@ class ParamStore {
   // fused_grad is undefined when the parameters are frozen.
   Tensor fused_value(const Parameter& first, const Parameter& last) const;
   Tensor fused_grad(const Parameter& first, const Parameter& last) const;
+  // grad_write_beta over the parameters [first, last] of a fused operand.
+  double fused_grad_beta(const Parameter& first, const Parameter& last);
+  // Zeroes every gradient, or with deferred zeroing marks each pending (see
+  // grad_write_beta). A store defers only when its model's backward writes
+  // every gradient through grad_write_beta or grad_to_accumulate, as the
+  // built-in Decoder does; a plugin's store zeroes eagerly unless it asks.
   void zero_grads();
+  void defer_zero_grads() { defer_zero_ = true; }
+  // Zeroes the gradients still pending, in one memset per run of adjacent
+  // ones: before anything reads gradients that a backward may not have written.
+  void settle_grads();
   // The adapters that linear layers declare beside their weights (lora.h);
   // null: none. Set before the modules are built.
   void set_lora(std::shared_ptr<const LoraConfig> cfg) { lora_ = std::move(cfg); }
@@ -178,6 +205,7 @@ class ParamStore {
   std::vector<std::unique_ptr<ParamGroup>> groups_;
   int64_t numel_ = 0;
   std::shared_ptr<const LoraConfig> lora_;
+  bool defer_zero_ = false;
 };
 
 }  // namespace bb

@@ -2,6 +2,7 @@
 #include "bumblebee/primitive/modules/parameter_init.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -10,6 +11,11 @@
 
 namespace bb {
 namespace {
+
+// Threads only pay off on big tensors; the values do not depend on their number.
+constexpr int64_t kElementsPerThread = int64_t(1) << 20;
+
+int64_t host_threads() { return std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency())); }
 
 // Fills local rows [begin, end) of `out` ([local rows, local cols]).
 template <class T>
@@ -33,9 +39,8 @@ void draw_rows(const Parameter& p, const Generator& gen, double std, int64_t beg
   }
 }
 
-}  // namespace
-
-void init_normal_shard(Parameter& p, uint64_t seed, double std) {
+// The host tensor of init_normal_shard, its rows spread over up to max_threads threads.
+Tensor draw_normal_host(const Parameter& p, uint64_t seed, double std, int64_t max_threads) {
   const Generator gen(seed);
   const Shape& local = p.local_shape;
   const int64_t rows = local.empty() ? 1 : local[0];
@@ -43,10 +48,7 @@ void init_normal_shard(Parameter& p, uint64_t seed, double std) {
   // Drawn in float64 for float64 parameters, float32 otherwise (then cast once).
   const DType host_dtype = p.value.dtype() == DType::F64 ? DType::F64 : DType::F32;
   Tensor host = Tensor::empty(local, host_dtype);
-  // Threads only pay off on big tensors; the values do not depend on their number.
-  constexpr int64_t kElementsPerThread = int64_t(1) << 20;
-  const int64_t hw = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
-  const int64_t n_threads = std::clamp<int64_t>(shape_numel(local) / kElementsPerThread, 1, std::min<int64_t>(hw, rows));
+  const int64_t n_threads = std::clamp<int64_t>(shape_numel(local) / kElementsPerThread, 1, std::min<int64_t>(max_threads, rows));
   auto draw = [&](int64_t begin, int64_t end) {
     if (host_dtype == DType::F64)
       draw_rows(p, gen, std, begin, end, cols, host.data<double>());
@@ -64,7 +66,43 @@ void init_normal_shard(Parameter& p, uint64_t seed, double std) {
     }
     for (std::thread& w : workers) w.join();
   }
-  p.value.copy_from(host);
+  return host;
+}
+
+}  // namespace
+
+void init_normal_shard(Parameter& p, uint64_t seed, double std) {
+  p.value.copy_from(draw_normal_host(p, seed, std, host_threads()));
+}
+
+void init_normal_shards(const std::vector<NormalInit>& inits, double std) {
+  const int64_t hw = host_threads();
+  // Host buffers of at most 2^28 elements (1 GiB of float32) at a time.
+  constexpr int64_t kBatchElements = int64_t(1) << 28;
+  auto numel = [&](size_t k) { return shape_numel(inits[k].p->local_shape); };
+  for (size_t i = 0; i < inits.size();) {
+    if (numel(i) >= kElementsPerThread * hw) {   // big enough to spread its own rows over every thread
+      init_normal_shard(*inits[i].p, inits[i].seed, std);
+      ++i;
+      continue;
+    }
+    size_t end = i + 1;
+    for (int64_t elements = numel(i); end < inits.size() && numel(end) < kElementsPerThread * hw &&
+                                      elements + numel(end) <= kBatchElements;
+         ++end)
+      elements += numel(end);
+    std::vector<Tensor> hosts(end - i);
+    std::atomic<size_t> next{i};
+    std::vector<std::thread> workers;
+    for (int64_t t = 0; t < std::min<int64_t>(hw, int64_t(end - i)); ++t)
+      workers.emplace_back([&] {
+        for (size_t k = next++; k < end; k = next++)
+          hosts[k - i] = draw_normal_host(*inits[k].p, inits[k].seed, std, 1);
+      });
+    for (std::thread& w : workers) w.join();
+    for (size_t k = i; k < end; ++k) inits[k].p->value.copy_from(hosts[k - i]);
+    i = end;
+  }
 }
 
 }  // namespace bb

@@ -35,7 +35,7 @@ Tensor RMSNorm::backward(const Tensor& dy, const Saved& s) {
   // The fused kernel always produces the weight gradient; a frozen weight's
   // goes to a scratch vector of `dim` elements (in the gradient dtype: float32 under bfloat16 weights).
   const DType grad_dtype = weight_->value.dtype() == DType::BF16 ? DType::F32 : weight_->value.dtype();
-  Tensor dw = weight_->requires_grad() ? weight_->grad
+  Tensor dw = weight_->requires_grad() ? grad_to_accumulate(*weight_)
                                        : Tensor::zeros(weight_->local_shape, grad_dtype, weight_->value.device());
   ops::rmsnorm_backward(dy.view(s.x.shape()), s.x, weight_->value, s.rstd, dx, dw);
   return dx.view(dy.shape());

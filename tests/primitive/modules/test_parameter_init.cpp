@@ -78,5 +78,24 @@ INSTANTIATE_TEST_SUITE_P(
                       ShardCase{ShardKind::Row, {1024, 2048}, 2}, ShardCase{ShardKind::Vocab, {4097, 512}, 2}),
     test_name);
 
+// Many parameters at once (init_normal_shards: small ones side by side on the
+// host's threads, a big one on its own) give each the values it gets alone.
+TEST(InitNormalShards, EqualsEachParameterDrawnAlone) {
+  ParamStore batch, alone;
+  const std::vector<Shape> shapes = {{7, 3}, {2048, 1024}, {5}, {64, 32}, {64, 32}, {300, 17}};
+  for (ParamStore* s : {&batch, &alone}) {
+    for (size_t i = 0; i < shapes.size(); ++i) s->add("p" + std::to_string(i), shapes[i], {});
+    s->allocate(DType::F32, DType::F32, Device::cpu());
+  }
+  std::vector<NormalInit> inits;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    inits.push_back({&batch.params()[i], kSeed + i});
+    init_normal_shard(alone.params()[i], kSeed + i, kStd);
+  }
+  init_normal_shards(inits, kStd);
+  for (size_t i = 0; i < shapes.size(); ++i)
+    EXPECT_EQ(batch.params()[i].value.to_doubles(), alone.params()[i].value.to_doubles()) << "parameter " << i;
+}
+
 }  // namespace
 }  // namespace bb

@@ -44,8 +44,8 @@ void ExpertLora::backward(const Tensor& dy, const Tensor& x, const std::vector<i
       da.push_back(a_[e]->grad);
       db.push_back(b_[e]->grad);
     }
-    ops::grouped_gemm_weight_grad(dy, u, offsets, db, scaling_);
-    ops::grouped_gemm_weight_grad(g, x, offsets, da, scaling_);
+    ops::grouped_gemm_weight_grad(dy, u, offsets, db, scaling_, grad_write_beta(b_));
+    ops::grouped_gemm_weight_grad(g, x, offsets, da, scaling_, grad_write_beta(a_));
   }
   ops::grouped_gemm(g, a, false, offsets, dx, scaling_, 1.0);
 }

@@ -78,12 +78,16 @@ Tensor GroupedExperts::backward(const Tensor& dy, Saved& saved) {
   // Experts share one parameter group: all are frozen (no gradients) or none.
   if (!experts_.empty() && experts_.front().down->grad.defined()) {
     std::vector<Tensor> ddown, dgu;
+    std::vector<Parameter*> down, gate_up;
     for (const Expert& e : experts_) {
       ddown.push_back(e.down->grad);
       dgu.push_back(store_->fused_grad(*e.gate, *e.up));
+      down.push_back(e.down);
+      gate_up.insert(gate_up.end(), {e.gate, e.up});
     }
-    ops::grouped_gemm_weight_grad(dy, saved.h, saved.offsets, ddown);
-    ops::grouped_gemm_weight_grad(dgate_up, saved.x, saved.offsets, dgu);
+    // An expert without rows gets beta * its gradient: zeros on an overwrite.
+    ops::grouped_gemm_weight_grad(dy, saved.h, saved.offsets, ddown, 1.0, grad_write_beta(down));
+    ops::grouped_gemm_weight_grad(dgate_up, saved.x, saved.offsets, dgu, 1.0, grad_write_beta(gate_up));
   }
   Tensor dx = Tensor::empty({n, hidden_}, dy.dtype(), dy.device());
   ops::grouped_gemm(dgate_up, gate_up, false, saved.offsets, dx);

@@ -54,7 +54,7 @@ void TopKRouter::backward(const Routing& r, const Tensor& drow_weights, const Te
   ops::moe_router_backward(dweights, dscores, r.logits, r.scores, r.experts, r.weights, cfg_.routing, dlogits);
   if (r.lse.defined() && z_scale != 0.0 && r.tokens > 0)
     ops::moe_router_z_loss_backward(r.logits, r.lse, z_scale / double(r.tokens), dlogits);
-  linear_backward(dlogits, x, weight_->value, weight_->grad, dx, true);
+  linear_backward(dlogits, x, weight_->value, weight_->grad, dx, true, grad_write_beta(*weight_));
 }
 
 }  // namespace bb
