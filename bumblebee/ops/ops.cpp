@@ -915,6 +915,17 @@ void check_rows(const char* op, const Tensor& tokens, const char* tokens_name, c
   BB_CHECK(tokens.size(1) == rows.size(1), op, ": '", tokens_name, "' has ", tokens.size(1), " columns but '",
            rows_name, "' has ", rows.size(1));
 }
+// rows_by_token, when given: [T, k] int64 on `dev`, T*k = the N rows.
+void check_rows_by_token(const char* op, const Tensor& rows_by_token, Device dev, int64_t tokens, int64_t rows) {
+  if (!rows_by_token.defined()) return;
+  BB_CHECK(rows_by_token.device() == dev, op, ": tensor 'rows_by_token' is on ", rows_by_token.device().str(),
+           " but the rows are on ", dev.str());
+  BB_CHECK(rows_by_token.dtype() == DType::I64, op, ": tensor 'rows_by_token' must be int64, got ",
+           dtype_name(rows_by_token.dtype()));
+  BB_CHECK(rows_by_token.dim() == 2 && rows_by_token.size(0) == tokens && rows_by_token.numel() == rows, op,
+           ": tensor 'rows_by_token' has shape ", shape_str(rows_by_token.shape()), ", expected [", tokens,
+           ", k] with ", tokens, " x k = ", rows, " rows");
+}
 }  // namespace
 
 void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out) {
@@ -928,28 +939,31 @@ void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out) {
   BB_DISPATCH_CUDA(moe_permute, x, token_of_row, out);
 }
 
-void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx) {
+void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx, const Tensor& rows_by_token) {
   const char* op = "moe_permute_backward";
   const Device dev = common_device(op, {{dout, "dout"}, {token_of_row, "token_of_row"}, {dx, "dx"}});
   check_rows(op, dx, "dx", dout, "dout", token_of_row);
+  check_rows_by_token(op, rows_by_token, dev, dx.size(0), dout.size(0));
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{dout, "dout"}, {dx, "dx"}});
-    BB_DISPATCH_CPU(moe_permute_backward, dout, token_of_row, dx);
+    BB_DISPATCH_CPU(moe_permute_backward, dout, token_of_row, dx, rows_by_token);
   }
-  BB_DISPATCH_CUDA(moe_permute_backward, dout, token_of_row, dx);
+  BB_DISPATCH_CUDA(moe_permute_backward, dout, token_of_row, dx, rows_by_token);
 }
 
-void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out) {
+void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out,
+                   const Tensor& rows_by_token) {
   const char* op = "moe_unpermute";
   const Device dev =
       common_device(op, {{y, "y"}, {token_of_row, "token_of_row"}, {probs, "probs"}, {out, "out"}});
   check_rows(op, out, "out", y, "y", token_of_row);
   expect_shape(op, probs, "probs", {y.size(0)});
+  check_rows_by_token(op, rows_by_token, dev, out.size(0), y.size(0));
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{y, "y"}, {probs, "probs"}, {out, "out"}});
-    BB_DISPATCH_CPU(moe_unpermute, y, token_of_row, probs, out);
+    BB_DISPATCH_CPU(moe_unpermute, y, token_of_row, probs, out, rows_by_token);
   }
-  BB_DISPATCH_CUDA(moe_unpermute, y, token_of_row, probs, out);
+  BB_DISPATCH_CUDA(moe_unpermute, y, token_of_row, probs, out, rows_by_token);
 }
 
 void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
@@ -1075,6 +1089,17 @@ void moe_sort_rows(const Tensor& experts, int64_t num_experts, Tensor& token_of_
   expect_i64(op, rows_per_expert, "rows_per_expert");
   if (dev.is_cpu()) BB_DISPATCH_CPU(moe_sort_rows, experts, num_experts, token_of_row, slot_of_row, rows_per_expert);
   BB_DISPATCH_CUDA(moe_sort_rows, experts, num_experts, token_of_row, slot_of_row, rows_per_expert);
+}
+
+void moe_rows_by_token(const Tensor& token_of_row, const Tensor& slot_of_row, Tensor& rows_by_token) {
+  const char* op = "moe_rows_by_token";
+  const Device dev = common_device(op, {{token_of_row, "token_of_row"}, {slot_of_row, "slot_of_row"},
+                                        {rows_by_token, "rows_by_token"}});
+  expect_dim(op, rows_by_token, "rows_by_token", 2);
+  expect_i64(op, rows_by_token, "rows_by_token");
+  check_row_indices(op, token_of_row, slot_of_row, rows_by_token.numel());
+  if (dev.is_cpu()) BB_DISPATCH_CPU(moe_rows_by_token, token_of_row, slot_of_row, rows_by_token);
+  BB_DISPATCH_CUDA(moe_rows_by_token, token_of_row, slot_of_row, rows_by_token);
 }
 
 void moe_row_weights(const Tensor& weights, const Tensor& token_of_row, const Tensor& slot_of_row,

@@ -224,8 +224,13 @@ void cross_entropy_entropy_backward(const Tensor& logits, const Tensor& labels, 
 // are float32 with bfloat16 rows, and the token sums are fp32, without atomics.
 void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out);
 // dx [T, H] = sum over the rows of each token of dout [N, H] (overwritten).
-void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx);
-void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out);
+// Both token sums take a token's rows in ascending order. rows_by_token, when
+// given, is moe_rows_by_token's index of this token_of_row, so the sums need
+// not build their own (on CUDA a radix sort of token_of_row a call).
+void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx,
+                          const Tensor& rows_by_token = Tensor());
+void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out,
+                   const Tensor& rows_by_token = Tensor());
 // dy[i] = probs[i] * dout[token_of_row[i]],  dprobs[i] = dout[token_of_row[i]] . y[i] (both overwritten).
 void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
                             Tensor& dy, Tensor& dprobs);
@@ -273,6 +278,13 @@ void moe_router_backward(const Tensor& dweights, const Tensor& dscores_extra, co
 // stable). token_of_row, slot_of_row [N] and rows_per_expert [E], all int64.
 void moe_sort_rows(const Tensor& experts, int64_t num_experts, Tensor& token_of_row, Tensor& slot_of_row,
                    Tensor& rows_per_expert);
+// The token-major index of a routing's rows: rows_by_token [T, k] (int64,
+// overwritten) holds token t's k rows in ascending order, from moe_sort_rows's
+// token_of_row and slot_of_row [N = T*k]: one row for every (token, slot)
+// pair. Built once a layer, it serves both token sums (moe_unpermute forward,
+// moe_permute_backward backward). The CPU checks that every pair has exactly
+// one row; on CUDA a pair with none holds -1, and a sum over it gives NaN.
+void moe_rows_by_token(const Tensor& token_of_row, const Tensor& slot_of_row, Tensor& rows_by_token);
 // row_weights [N] = weights[token_of_row[i], slot_of_row[i]] (weights [T, k]);
 // moe_gather_row_grads is its adjoint: dweights [T, k] (overwritten; pairs
 // with no row get 0) from drow_weights [N]. One floating dtype for both.

@@ -43,6 +43,7 @@
 #include "bumblebee/ops/cuda/cuda_ops.h"
 #include "bumblebee/ops/cuda/dropout.h"
 #include "bumblebee/ops/dropout.h"
+#include "bumblebee/ops/gemm_autotune.h"
 #include "bumblebee/ops/ops.h"
 #include "tests/cuda/harness.h"
 
@@ -88,6 +89,35 @@ void matmul_cases(std::vector<Case>& cases) {
                        cuda::matmul(a.gpu, s.ta, b.gpu, s.tb, c.gpu, s.alpha, s.beta);
                        ops::matmul(a.cpu, s.ta, b.cpu, s.tb, c.cpu, s.alpha, s.beta);
                        return std::vector<Check>{compare("c", c, bound_for(s.c))};
+                     }});
+  }
+  // Autotuned plans (backend.gemm_autotune): shapes no case above has, so the
+  // first call tunes them, in place (beta = 0) or into a scratch output
+  // (beta = 1, the sum in c untouched until the real call); the second call
+  // runs the kept algorithm. Both must match the CPU.
+  const Shape3 tuned[] = {
+      {1000, 1536, 512, false, false, DType::BF16, DType::BF16, 1.0, 0.0},
+      {768, 512, 2048, true, false, DType::BF16, DType::F32, 1.0, 1.0},
+      {256, 4096, 1024, false, true, DType::BF16, DType::BF16, 1.0, 1.0},
+  };
+  for (const Shape3& s : tuned) {
+    std::string shape = fmt("m=%lld n=%lld k=%lld ta=%d tb=%d %s->%s beta=%g", (long long)s.m, (long long)s.n,
+                            (long long)s.k, int(s.ta), int(s.tb), short_name(s.ab), short_name(s.c), s.beta);
+    cases.push_back({"matmul[autotune]", shape, [s](Generator& gen) {
+                       struct Tuning {
+                         Tuning() { ops::set_gemm_autotune(true); }
+                         ~Tuning() { ops::set_gemm_autotune(false); }
+                       } on;
+                       Pair a = random_pair(gen, s.ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, s.ab);
+                       Pair b = random_pair(gen, s.tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, s.ab);
+                       std::vector<Check> checks;
+                       for (const char* call : {"first call (tuned)", "second call"}) {
+                         Pair c = s.beta != 0.0 ? random_pair(gen, {s.m, s.n}, s.c) : output_pair({s.m, s.n}, s.c);
+                         cuda::matmul(a.gpu, s.ta, b.gpu, s.tb, c.gpu, s.alpha, s.beta);
+                         ops::matmul(a.cpu, s.ta, b.cpu, s.tb, c.cpu, s.alpha, s.beta);
+                         checks.push_back(compare(std::string("c, ") + call, c, bound_for(s.c)));
+                       }
+                       return checks;
                      }});
   }
 }
@@ -1354,6 +1384,40 @@ void moe_router_cases(std::vector<Case>& cases) {
                        return std::vector<Check>{compare("token_of_row", tok, 0.0), compare("slot_of_row", slot, 0.0),
                                                  compare("rows_per_expert", counts, 0.0)};
                      }});
+    // The token sums through the index equal the CPU and, bit for bit, the
+    // same sums through their own sort of token_of_row.
+    for (int64_t hidden : {int64_t(72), int64_t(13)}) {
+      cases.push_back({"moe_rows_by_token+token_sums", shape + fmt(" H=%lld", (long long)hidden), [=](Generator& gen) {
+                         Tensor e = index_pair(draw_experts(gen, r.tokens, r.used, r.topk), DType::I64)
+                                        .cpu.view({r.tokens, r.topk});
+                         Tensor tok = Tensor::empty({n}, DType::I64), slot = Tensor::empty({n}, DType::I64);
+                         Tensor counts = Tensor::empty({r.experts}, DType::I64);
+                         ops::moe_sort_rows(e, r.experts, tok, slot, counts);
+                         const Device gpu = Device::cuda(0);
+                         Pair t{tok.to(gpu), tok}, sl{slot.to(gpu), slot};
+                         Pair index = index_pair(std::vector<double>(size_t(n), -2.0), DType::I64);
+                         index = {index.gpu.view({r.tokens, r.topk}), index.cpu.view({r.tokens, r.topk})};
+                         cuda::moe_rows_by_token(t.gpu, sl.gpu, index.gpu);
+                         ops::moe_rows_by_token(t.cpu, sl.cpu, index.cpu);
+                         Pair y = random_pair(gen, {n, hidden}, DType::BF16);
+                         Pair probs = random_pair(gen, {n}, DType::F32, 0.0, 1.0);
+                         Pair out = output_pair({r.tokens, hidden}, DType::BF16);
+                         Pair dx = output_pair({r.tokens, hidden}, DType::BF16);
+                         cuda::moe_unpermute(y.gpu, t.gpu, probs.gpu, out.gpu, index.gpu);
+                         ops::moe_unpermute(y.cpu, t.cpu, probs.cpu, out.cpu, index.cpu);
+                         cuda::moe_permute_backward(y.gpu, t.gpu, dx.gpu, index.gpu);
+                         ops::moe_permute_backward(y.cpu, t.cpu, dx.cpu, index.cpu);
+                         Tensor own_out = Tensor::empty({r.tokens, hidden}, DType::BF16, gpu);
+                         Tensor own_dx = Tensor::empty({r.tokens, hidden}, DType::BF16, gpu);
+                         cuda::moe_unpermute(y.gpu, t.gpu, probs.gpu, own_out);
+                         cuda::moe_permute_backward(y.gpu, t.gpu, own_dx);
+                         return std::vector<Check>{compare("rows_by_token", index, 0.0),
+                                                   compare("out", out, bound_for(DType::BF16)),
+                                                   compare("out = own sort's", {out.gpu, own_out.to(Device::cpu())}, 0.0),
+                                                   compare("dx", dx, bound_for(DType::BF16)),
+                                                   compare("dx = own sort's", {dx.gpu, own_dx.to(Device::cpu())}, 0.0)};
+                       }});
+    }
     cases.push_back({"moe_row_weights+gather_row_grads", shape, [=](Generator& gen) {
                        Tensor e = index_pair(draw_experts(gen, r.tokens, r.used, r.topk), DType::I64)
                                       .cpu.view({r.tokens, r.topk});

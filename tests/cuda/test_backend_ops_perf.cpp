@@ -15,6 +15,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bumblebee/ops/cuda/attention_backends.h"
@@ -484,24 +485,27 @@ void perf_moe_router() {
 // tokens, top-8 of 128 experts, hidden 2048, bf16, float32 routing weights.
 // The rows are in expert order, as moe_sort_rows leaves them (tokens
 // ascending within an expert), so a token's 8 rows lie far apart. The sums
-// (moe_permute_backward, moe_unpermute) include their sort of token_of_row.
-// Bytes count each tensor once: the token-major [T, H] one, the rows [N, H]
-// (y and dy both in the unpermute backward), token_of_row, probs and dprobs.
+// (moe_permute_backward, moe_unpermute) run with their own sort of
+// token_of_row, and through moe_rows_by_token's index as the MoE layer runs
+// them. Bytes count each tensor once: the token-major [T, H] one, the rows
+// [N, H] (y and dy both in the unpermute backward), token_of_row, probs and dprobs.
 void perf_moe_dispatch() {
   const int64_t tokens = 8192, experts = 128, k = 8, hidden = 2048, rows = tokens * k;
   std::mt19937 rng(33);
-  std::vector<std::vector<int64_t>> tokens_of_expert(static_cast<size_t>(experts));
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> pairs_of_expert(static_cast<size_t>(experts));
   std::vector<int64_t> pool(static_cast<size_t>(experts));
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t e = 0; e < experts; ++e) pool[size_t(e)] = e;
     for (int64_t j = 0; j < k; ++j) {  // partial Fisher-Yates: k distinct experts
       std::swap(pool[size_t(j)], pool[size_t(j + int64_t(rng() % uint32_t(experts - j)))]);
-      tokens_of_expert[size_t(pool[size_t(j)])].push_back(t);
+      pairs_of_expert[size_t(pool[size_t(j)])].push_back({t, j});
     }
   }
-  std::vector<int64_t> tok;
-  for (const auto& ts : tokens_of_expert) tok.insert(tok.end(), ts.begin(), ts.end());
-  Tensor token_of_row = index_gpu(tok, DType::I64);
+  std::vector<int64_t> tok, slot;
+  for (const auto& ps : pairs_of_expert)
+    for (const auto& [t, j] : ps) tok.push_back(t), slot.push_back(j);
+  Tensor token_of_row = index_gpu(tok, DType::I64), slot_of_row = index_gpu(slot, DType::I64);
+  Tensor rows_by_token = Tensor::empty({tokens, k}, DType::I64, kGpu);
   Tensor x = random_gpu({tokens, hidden}, DType::BF16, 34), y = random_gpu({rows, hidden}, DType::BF16, 35);
   Tensor probs = random_gpu({rows}, DType::F32, 36, 0.f, 1.f);
   Tensor permuted = Tensor::empty({rows, hidden}, DType::BF16, kGpu);
@@ -516,6 +520,15 @@ void perf_moe_dispatch() {
                row_major + token_major + index + weights);
   report_bytes("moe_permute_backward 8192 tokens top-8 x 2048 bf16 (sort included)",
                median_ms([&] { cuda::moe_permute_backward(y, token_of_row, combined); }),
+               row_major + token_major + index);
+  report_bytes("moe_rows_by_token 8192 tokens top-8",
+               median_ms([&] { cuda::moe_rows_by_token(token_of_row, slot_of_row, rows_by_token); }),
+               3.0 * index);
+  report_bytes("moe_unpermute 8192 tokens top-8 x 2048 bf16 (through the index)",
+               median_ms([&] { cuda::moe_unpermute(y, token_of_row, probs, combined, rows_by_token); }),
+               row_major + token_major + index + weights);
+  report_bytes("moe_permute_backward 8192 tokens top-8 x 2048 bf16 (through the index)",
+               median_ms([&] { cuda::moe_permute_backward(y, token_of_row, combined, rows_by_token); }),
                row_major + token_major + index);
   report_bytes("moe_unpermute_backward 8192 tokens top-8 x 2048 bf16", median_ms([&] {
                  cuda::moe_unpermute_backward(x, y, token_of_row, probs, dy, dprobs);

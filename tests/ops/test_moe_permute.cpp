@@ -1,6 +1,7 @@
 // MoE token permutation on the CPU: permute then unpermute with routing
-// weights that sum to 1 per token restores the input, and both backwards
-// match float64 finite differences.
+// weights that sum to 1 per token restores the input, both backwards match
+// float64 finite differences, and the token sums through moe_rows_by_token's
+// index equal their own gather.
 #include <gtest/gtest.h>
 
 #include "bumblebee/ops/ops.h"
@@ -65,6 +66,48 @@ TEST(MoePermute, UnpermuteBackwardMatchesFiniteDifferences) {
   ops::moe_unpermute_backward(Tensor::from_doubles(proj, {kTokens, kHidden}, DType::F64), y, rows, probs, dy, dprobs);
   EXPECT_LT(test::relative_error(dy.to_doubles(), test::numeric_gradient(loss, y)), 1e-9) << "dy";
   EXPECT_LT(test::relative_error(dprobs.to_doubles(), test::numeric_gradient(loss, probs)), 1e-9) << "dprobs";
+}
+
+// The index of each token's rows (built here from token_of_row(): every
+// token's two rows, ascending) gives the token sums the same bits as their
+// own gather, and an index that names another token's row is refused.
+Tensor rows_by_token() {
+  const std::vector<int64_t> tok = {3, 0, 4, 1, 2, 0, 3, 2, 4, 1};
+  std::vector<int64_t> index;
+  for (int64_t t = 0; t < kTokens; ++t)
+    for (size_t i = 0; i < tok.size(); ++i)
+      if (tok[i] == t) index.push_back(int64_t(i));
+  return Tensor::from_vector<int64_t>(index, {kTokens, kTopK});
+}
+
+TEST(MoePermute, TokenSumsThroughTheIndexEqualTheirOwnGather) {
+  Generator gen(74);
+  const Tensor y = test::random_tensor(gen, {kTokens * kTopK, kHidden});
+  const Tensor probs = test::random_tensor(gen, {kTokens * kTopK});
+  const Tensor rows = token_of_row(), index = rows_by_token();
+  Tensor a = Tensor::empty({kTokens, kHidden}, DType::F64), b = Tensor::empty({kTokens, kHidden}, DType::F64);
+  ops::moe_unpermute(y, rows, probs, a);
+  ops::moe_unpermute(y, rows, probs, b, index);
+  EXPECT_EQ(a.to_doubles(), b.to_doubles());
+  ops::moe_permute_backward(y, rows, a);
+  ops::moe_permute_backward(y, rows, b, index);
+  EXPECT_EQ(a.to_doubles(), b.to_doubles());
+}
+
+TEST(MoePermute, RejectsAnIndexThatDisagreesWithTheRows) {
+  const Tensor y = Tensor::zeros({kTokens * kTopK, kHidden}, DType::F64);
+  Tensor out = Tensor::empty({kTokens, kHidden}, DType::F64);
+  std::vector<int64_t> index = {1, 5, 3, 9, 4, 7, 0, 6, 2, 8};
+  std::swap(index[0], index[2]);   // token 0 given row 3, token 3's
+  try {
+    ops::moe_permute_backward(y, token_of_row(), out, Tensor::from_vector<int64_t>(index, {kTokens, kTopK}));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rows_by_token[0, 0] = 3 is not a row of token 0"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(ops::moe_permute_backward(y, token_of_row(), out, Tensor::from_vector<int64_t>(index, {2, 5})),
+               std::exception);
 }
 
 TEST(MoePermute, RejectsRowsOutsideTheTokens) {

@@ -121,6 +121,29 @@ TEST(MoeSortRows, RowsBySlotThenTokenWithinAnExpert) {
   EXPECT_THROW(ops::moe_sort_rows(bad, 4, tok, slot, counts), std::exception);
 }
 
+TEST(MoeRowsByToken, EachTokensRowsAscending) {
+  // The rows of MoeSortRows' routing: tokens 1 0 0 2 1 2, slots 0 1 0 0 1 1.
+  const Tensor tok = Tensor::from_vector<int64_t>({1, 0, 0, 2, 1, 2}, {6});
+  const Tensor slot = Tensor::from_vector<int64_t>({0, 1, 0, 0, 1, 1}, {6});
+  Tensor index = Tensor::empty({3, 2}, DType::I64);
+  ops::moe_rows_by_token(tok, slot, index);
+  EXPECT_EQ(ids(index), (std::vector<int64_t>{1, 2, 0, 4, 3, 5}));
+}
+
+TEST(MoeRowsByToken, RejectsAPairWithTwoRows) {
+  const Tensor tok = Tensor::from_vector<int64_t>({1, 0, 0, 2, 1, 2}, {6});
+  const Tensor slot = Tensor::from_vector<int64_t>({0, 1, 1, 0, 1, 1}, {6});   // token 0 slot 1 twice
+  Tensor index = Tensor::empty({3, 2}, DType::I64);
+  try {
+    ops::moe_rows_by_token(tok, slot, index);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rows 1 and 2 both name token 0 slot 1"), std::string::npos) << e.what();
+  }
+  Tensor wrong_shape = Tensor::empty({2, 2}, DType::I64);
+  EXPECT_THROW(ops::moe_rows_by_token(tok, slot, wrong_shape), std::exception);
+}
+
 TEST(MoeScoreSums, SumsEachExpertOverTokens) {
   const Tensor s = Tensor::from_doubles({0.1, 0.9, 0.3, 0.7, 0.5, 0.5}, {3, 2}, DType::F64);
   Tensor sums = Tensor::empty({2}, DType::F64);

@@ -129,8 +129,10 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
 // range-checked (no host sync): a row naming a token outside [0, T) gets NaN
 // in the row-major outputs and is left out of the token sums.
 void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out);
-void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx);
-void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out);
+void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx,
+                          const Tensor& rows_by_token = Tensor());
+void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out,
+                   const Tensor& rows_by_token = Tensor());
 void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
                             Tensor& dy, Tensor& dprobs);
 
@@ -147,6 +149,7 @@ void moe_router_backward(const Tensor& dweights, const Tensor& dscores_extra, co
                          const ops::MoeRouterConfig& cfg, Tensor& dlogits);
 void moe_sort_rows(const Tensor& experts, int64_t num_experts, Tensor& token_of_row, Tensor& slot_of_row,
                    Tensor& rows_per_expert);
+void moe_rows_by_token(const Tensor& token_of_row, const Tensor& slot_of_row, Tensor& rows_by_token);
 void moe_row_weights(const Tensor& weights, const Tensor& token_of_row, const Tensor& slot_of_row,
                      Tensor& row_weights);
 void moe_gather_row_grads(const Tensor& drow_weights, const Tensor& token_of_row, const Tensor& slot_of_row,

@@ -18,9 +18,11 @@
 // slower, with the same bits. What keeps the ops from the bytes they must
 // move (bb_cuda_ops --perf, the moe_* lines) is not the kernels' arithmetic:
 // rows in expert order read x and dout (each token row k times) in no useful
-// order, so most of those reads miss L2, and each sum first pays its sort of
-// token_of_row, about half as long as the sum itself at Qwen3-30B-A3B's
-// shapes.
+// order, so most of those reads miss L2. A sum given no index first pays its
+// sort of token_of_row, about half as long as the sum itself at
+// Qwen3-30B-A3B's shapes; the MoE layer instead builds moe_rows_by_token's
+// index once (a scatter of the rows into their (token, slot) pairs and a
+// k-element sort a token) and hands it to both sums.
 //
 // token_of_row is not range-checked on the host (that would synchronise every
 // layer); a row naming a token outside [0, T) instead gets NaN in the
@@ -30,6 +32,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <limits>
+#include <type_traits>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
@@ -112,17 +115,28 @@ __global__ void permute_kernel(const T* __restrict__ x, const I* __restrict__ to
 
 // out[t] = sum over token t's rows r (ascending) of w_r * rows_in[r], in fp32;
 // w_r = probs[r] when kWeighted (moe_unpermute), else 1 (moe_permute_backward).
-template <typename T, typename P, int W, bool kWeighted>
-__global__ void sum_token_rows_kernel(const T* __restrict__ rows_in, const int32_t* __restrict__ sorted_rows,
-                                      const int32_t* __restrict__ offsets, const P* __restrict__ probs,
-                                      int64_t tokens, int64_t hidden, T* __restrict__ out) {
+// Token t's rows are sorted_rows[offsets[t] .. offsets[t + 1]), or, with no
+// offsets, the per_token entries from t * per_token (moe_rows_by_token's
+// index). An entry outside [0, rows) (a pair the index found no row for)
+// makes the token's sum NaN.
+template <typename T, typename P, typename R, int W, bool kWeighted>
+__global__ void sum_token_rows_kernel(const T* __restrict__ rows_in, const R* __restrict__ sorted_rows,
+                                      const int32_t* __restrict__ offsets, int64_t per_token, int64_t rows,
+                                      const P* __restrict__ probs, int64_t tokens, int64_t hidden,
+                                      T* __restrict__ out) {
   const int64_t groups_per_row = hidden / W;
   for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < tokens * groups_per_row;
        g += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = g / groups_per_row, col = (g % groups_per_row) * W;
+    const int64_t begin = offsets ? offsets[t] : t * per_token, end = offsets ? offsets[t + 1] : begin + per_token;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int32_t p = offsets[t]; p < offsets[t + 1]; ++p) {
-      const int64_t r = sorted_rows[p];
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t r = int64_t(sorted_rows[p]);
+      if (r < 0 || r >= rows) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] = NAN;
+        continue;
+      }
       float v[8];
       load_w<T, W>(rows_in + r * hidden + col, v);
       const float w = kWeighted ? to_float(probs[r]) : 1.f;
@@ -130,6 +144,30 @@ __global__ void sum_token_rows_kernel(const T* __restrict__ rows_in, const int32
       for (int j = 0; j < W; ++j) acc[j] = fmaf(w, v[j], acc[j]);
     }
     store_w<T, W>(out + t * hidden + col, acc);
+  }
+}
+
+// row_of_pair[t * k + j] = i for row i of (token t, slot j); rows naming a
+// pair outside [T, k] are left out.
+__global__ void pair_rows_kernel(const int64_t* __restrict__ token_of_row, const int64_t* __restrict__ slot_of_row,
+                                 int64_t rows, int64_t tokens, int64_t k, int64_t* __restrict__ row_of_pair) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = token_of_row[i], j = slot_of_row[i];
+    if (t >= 0 && t < tokens && j >= 0 && j < k) row_of_pair[t * k + j] = i;
+  }
+}
+
+// A thread per token puts its k rows in ascending order (insertion sort; k is
+// the routing's top-k, a handful).
+__global__ void sort_token_rows_kernel(int64_t tokens, int64_t k, int64_t* __restrict__ rows_by_token) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < tokens; t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t* r = rows_by_token + t * k;
+    for (int64_t a = 1; a < k; ++a) {
+      const int64_t v = r[a];
+      int64_t b = a;
+      for (; b > 0 && r[b - 1] > v; --b) r[b] = r[b - 1];
+      r[b] = v;
+    }
   }
 }
 
@@ -248,36 +286,53 @@ void dispatch_probs(const Tensor& probs, DType rows_dtype, const char* op, F&& f
                dtype_name(probs.dtype()));
 }
 
-// Both summing ops: out [T, H] from rows_in [N, H], weighted by probs when given.
+// Both summing ops: out [T, H] from rows_in [N, H], weighted by probs when
+// given, through rows_by_token when given, else through a sort of token_of_row.
 void sum_token_rows(const char* op, const Tensor& rows_in, const Tensor& token_of_row, const Tensor* probs,
-                    Tensor& out) {
-  const int64_t tokens = out.size(0), hidden = out.size(1);
+                    const Tensor& rows_by_token, Tensor& out) {
+  const int64_t tokens = out.size(0), hidden = out.size(1), rows = rows_in.size(0);
   if (tokens * hidden == 0) return;
   DeviceGuard guard(out.device().index);
   cudaStream_t stream = current_stream();
-  const TokenRows tr = token_rows(token_of_row, tokens, op, stream);
-  const int32_t* sorted = tr.sorted_rows.data<int32_t>();
-  const int32_t* offsets = tr.offsets.data<int32_t>();
+  TokenRows tr;
+  if (rows_by_token.defined())
+    BB_CHECK(rows_by_token.dtype() == DType::I64 && rows_by_token.dim() == 2 && rows_by_token.size(0) == tokens &&
+                 rows_by_token.numel() == rows,
+             op, ": rows_by_token must be int64 [", tokens, ", k] with ", rows, " entries, got ",
+             dtype_name(rows_by_token.dtype()), " ", shape_str(rows_by_token.shape()));
+  else
+    tr = token_rows(token_of_row, tokens, op, stream);
+  const int64_t per_token = rows_by_token.defined() ? rows_by_token.size(1) : 0;
+  const int32_t* offsets = rows_by_token.defined() ? nullptr : tr.offsets.data<int32_t>();
   dispatch_activation(out.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(rows_in.raw());
     T* o = static_cast<T*>(out.raw());
     const bool v8 = vec8(hidden, {in, o});
     const int blocks = grid_for(tokens * (v8 ? hidden / 8 : hidden), kThreads);
-    auto launch = [&](auto kernel, auto p) {
-      kernel<<<blocks, kThreads, 0, stream>>>(in, sorted, offsets, p, tokens, hidden, o);
+    auto launch = [&](auto kernel, const auto* index, auto p) {
+      kernel<<<blocks, kThreads, 0, stream>>>(in, index, offsets, per_token, rows, p, tokens, hidden, o);
+    };
+    // Rows indexed by R (the sort's int32 or the index's int64), weighted by
+    // P's probs when kWeighted.
+    auto run = [&](auto weighted, auto ptag, const auto* p) {
+      using P = decltype(ptag);
+      constexpr bool kWeighted = decltype(weighted)::value;
+      auto go = [&](const auto* index) {
+        using R = std::remove_cv_t<std::remove_pointer_t<decltype(index)>>;
+        if (v8) launch(sum_token_rows_kernel<T, P, R, 8, kWeighted>, index, p);
+        else launch(sum_token_rows_kernel<T, P, R, 1, kWeighted>, index, p);
+      };
+      if (rows_by_token.defined()) go(rows_by_token.data<int64_t>());
+      else go(tr.sorted_rows.data<int32_t>());
     };
     if (!probs) {
-      const float* none = nullptr;
-      if (v8) launch(sum_token_rows_kernel<T, float, 8, false>, none);
-      else launch(sum_token_rows_kernel<T, float, 1, false>, none);
+      run(std::false_type{}, float{}, static_cast<const float*>(nullptr));
       return;
     }
     dispatch_probs<T>(*probs, out.dtype(), op, [&](auto ptag) {
       using P = decltype(ptag);
-      const P* p = static_cast<const P*>(probs->raw());
-      if (v8) launch(sum_token_rows_kernel<T, P, 8, true>, p);
-      else launch(sum_token_rows_kernel<T, P, 1, true>, p);
+      run(std::true_type{}, ptag, static_cast<const P*>(probs->raw()));
     });
   });
   CUDA_CHECK_LAUNCH(op);
@@ -315,17 +370,19 @@ void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out) {
   CUDA_CHECK_LAUNCH(op);
 }
 
-void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx) {
+void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx, const Tensor& rows_by_token) {
   const char* op = "moe_permute_backward";
   check_cuda(dout, op, "dout");
   check_cuda_same(dout, token_of_row, op, "token_of_row");
   check_cuda_same(dout, dx, op, "dx");
   check_activations(op, {{&dout, "dout"}, {&dx, "dx"}});
   check_rows(op, dx, dout, token_of_row);
-  sum_token_rows(op, dout, token_of_row, nullptr, dx);
+  if (rows_by_token.defined()) check_cuda_same(dout, rows_by_token, op, "rows_by_token");
+  sum_token_rows(op, dout, token_of_row, nullptr, rows_by_token, dx);
 }
 
-void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out) {
+void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out,
+                   const Tensor& rows_by_token) {
   const char* op = "moe_unpermute";
   check_cuda(y, op, "y");
   check_cuda_same(y, token_of_row, op, "token_of_row");
@@ -334,7 +391,8 @@ void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& pr
   check_activations(op, {{&y, "y"}, {&out, "out"}});
   check_rows(op, out, y, token_of_row);
   check_shape(probs, {y.size(0)}, "moe_unpermute: probs");
-  sum_token_rows(op, y, token_of_row, &probs, out);
+  if (rows_by_token.defined()) check_cuda_same(y, rows_by_token, op, "rows_by_token");
+  sum_token_rows(op, y, token_of_row, &probs, rows_by_token, out);
 }
 
 void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& token_of_row, const Tensor& probs,
@@ -381,6 +439,32 @@ void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& t
     });
   });
   CUDA_CHECK_LAUNCH(op);
+}
+
+void moe_rows_by_token(const Tensor& token_of_row, const Tensor& slot_of_row, Tensor& rows_by_token) {
+  const char* op = "moe_rows_by_token";
+  check_cuda(rows_by_token, op, "rows_by_token");
+  check_cuda_same(rows_by_token, token_of_row, op, "token_of_row");
+  check_cuda_same(rows_by_token, slot_of_row, op, "slot_of_row");
+  BB_CHECK(rows_by_token.dim() == 2 && rows_by_token.dtype() == DType::I64 && token_of_row.dtype() == DType::I64 &&
+               slot_of_row.dtype() == DType::I64 && token_of_row.numel() == rows_by_token.numel() &&
+               slot_of_row.numel() == rows_by_token.numel(),
+           op, ": expected int64 token_of_row and slot_of_row [T*k] and rows_by_token [T, k], got ",
+           shape_str(token_of_row.shape()), ", ", shape_str(slot_of_row.shape()), " and ",
+           shape_str(rows_by_token.shape()));
+  const int64_t tokens = rows_by_token.size(0), k = rows_by_token.size(1), rows = token_of_row.size(0);
+  if (tokens * k == 0) return;
+  DeviceGuard guard(rows_by_token.device().index);
+  cudaStream_t stream = current_stream();
+  int64_t* index = rows_by_token.data<int64_t>();
+  CUDA_CHECK(cudaMemsetAsync(index, 0xff, rows_by_token.nbytes(), stream));   // -1: no row yet
+  pair_rows_kernel<<<grid_for(rows, kThreads), kThreads, 0, stream>>>(
+      token_of_row.data<int64_t>(), slot_of_row.data<int64_t>(), rows, tokens, k, index);
+  CUDA_CHECK_LAUNCH(op);
+  if (k > 1) {
+    sort_token_rows_kernel<<<grid_for(tokens, kThreads), kThreads, 0, stream>>>(tokens, k, index);
+    CUDA_CHECK_LAUNCH(op);
+  }
 }
 
 }  // namespace bb::cuda

@@ -74,10 +74,14 @@ Tensor SparseMoE::forward(const Tensor& x, const SequenceLayout& seq, std::uniqu
   const bool replaying = replay && replay->mode() == RouterReplayMode::Replay;
   s->routing = router_.forward(
       s->x, replaying ? replay->forced_experts(cfg_.moe_index, s->x.size(0), x.device()) : Tensor(), z_loss);
-  if (replay && replay->mode() == RouterReplayMode::Record) replay->record(cfg_.moe_index, s->routing.experts);
   Routing& r = s->routing;
-  const std::vector<int64_t>& rows_per_expert = r.rows_per_expert;
+  row_counts_.start(r);
   const int64_t n = r.token_of_row.size(0);
+  s->x_perm = Tensor::empty({n, cfg_.hidden}, x.dtype(), x.device());
+  ops::moe_permute(s->x, r.token_of_row, s->x_perm);
+  row_counts_.finish(r);
+  if (replay && replay->mode() == RouterReplayMode::Record) replay->record(cfg_.moe_index, s->routing.experts);
+  const std::vector<int64_t>& rows_per_expert = r.rows_per_expert;
   int64_t dropped = 0;
   if (cfg_.capacity_factor > 0) {
     const int64_t capacity = expert_capacity(r.tokens, cfg_.top_k, cfg_.num_experts, cfg_.capacity_factor);
@@ -90,8 +94,6 @@ Tensor SparseMoE::forward(const Tensor& x, const SequenceLayout& seq, std::uniqu
       r.row_weights = kept;
     }
   }
-  s->x_perm = Tensor::empty({n, cfg_.hidden}, x.dtype(), x.device());
-  ops::moe_permute(s->x, r.token_of_row, s->x_perm);
   const RowShare share = row_share(r.rows_per_expert, tp_->rank(), tp_->size());
   s->share_begin = share.begin;
   s->share_rows = share.rows;
@@ -108,7 +110,7 @@ Tensor SparseMoE::forward(const Tensor& x, const SequenceLayout& seq, std::uniqu
   const Tensor y_share = dispatcher_ ? dispatcher_->combine(s->plan, y_experts) : y_experts;
   s->y_perm = tp_->size() > 1 ? place_share(y_share, share.begin, n) : y_share;
   Tensor y = Tensor::empty(s->x.shape(), x.dtype(), x.device());
-  ops::moe_unpermute(s->y_perm, r.token_of_row, r.row_weights, y);
+  ops::moe_unpermute(s->y_perm, r.token_of_row, r.row_weights, y, r.rows_by_token);
 
   // The auxiliary loss's P are the router probabilities (HF applies the
   // softmax to the router logits once more, in load_balancing_loss_func).
@@ -150,7 +152,7 @@ Tensor SparseMoE::backward(const Tensor& dy_shard, const SequenceLayout&, std::u
   const Tensor dx_share = dispatcher_ ? dispatcher_->combine(s.plan, dx_experts) : dx_experts;
   const Tensor dx_perm = tp_->size() > 1 ? place_share(dx_share, s.share_begin, n) : dx_share;
   Tensor dx = Tensor::empty(s.x.shape(), dy.dtype(), dy.device());
-  ops::moe_permute_backward(dx_perm, r.token_of_row, dx);
+  ops::moe_permute_backward(dx_perm, r.token_of_row, dx, r.rows_by_token);
 
   // The auxiliary loss through P: the same gradient [E] for every token's
   // scores. Every tp rank routed all tokens, so one of them adds it (and the z-loss's).

@@ -103,6 +103,7 @@ class SparseMoE : public Block {
   std::optional<TokenDispatcher> dispatcher_;   // ep > 1 or etp > 1
   std::optional<GroupedExperts> experts_;       // the local experts, declared after the router
   size_t bias_index_ = 0;                       // this layer's place in cfg_.bias_update
+  RowCountCopy row_counts_;                     // the routing's counts to the host
 };
 
 // The feed-forward slot filled with a SparseMoE block.

@@ -33,12 +33,12 @@ Routing TopKRouter::forward(const Tensor& x, const Tensor& forced_experts, bool 
   const int64_t n = r.tokens * k;
   r.token_of_row = Tensor::empty({n}, DType::I64, dev);
   r.slot_of_row = Tensor::empty({n}, DType::I64, dev);
-  Tensor counts = Tensor::empty({e_count}, DType::I64, dev);
-  ops::moe_sort_rows(r.experts, e_count, r.token_of_row, r.slot_of_row, counts);
+  r.counts = Tensor::empty({e_count}, DType::I64, dev);
+  ops::moe_sort_rows(r.experts, e_count, r.token_of_row, r.slot_of_row, r.counts);
+  r.rows_by_token = Tensor::empty({r.tokens, k}, DType::I64, dev);
+  ops::moe_rows_by_token(r.token_of_row, r.slot_of_row, r.rows_by_token);
   r.row_weights = Tensor::empty({n}, st, dev);
   ops::moe_row_weights(r.weights, r.token_of_row, r.slot_of_row, r.row_weights);
-  const Tensor host_counts = counts.to(Device::cpu());
-  r.rows_per_expert.assign(host_counts.data<int64_t>(), host_counts.data<int64_t>() + e_count);
   if (z_loss) {
     r.lse = Tensor::empty({r.tokens}, st, dev);
     ops::moe_router_lse(r.logits, r.lse);
@@ -55,6 +55,23 @@ void TopKRouter::backward(const Routing& r, const Tensor& drow_weights, const Te
   if (r.lse.defined() && z_scale != 0.0 && r.tokens > 0)
     ops::moe_router_z_loss_backward(r.logits, r.lse, z_scale / double(r.tokens), dlogits);
   linear_backward(dlogits, x, weight_->value, weight_->grad, dx, true, grad_write_beta(*weight_));
+}
+
+void RowCountCopy::start(const Routing& r) {
+  const Device dev = r.counts.device();
+  if (!stream_) stream_ = std::make_unique<HostCopyStream>(dev);
+  if (!host_.defined() || host_.numel() != r.counts.numel()) {
+    host_ = Tensor::empty(r.counts.shape(), DType::I64);
+    if (dev.is_cuda()) host_.storage()->relocate(Device::cpu(), true);
+  }
+  stream_->wait_for_compute();
+  stream_->copy(host_, r.counts);
+}
+
+void RowCountCopy::finish(Routing& r) {
+  stream_->synchronize();
+  const int64_t* c = host_.data<int64_t>();
+  r.rows_per_expert.assign(c, c + host_.numel());
 }
 
 }  // namespace bb

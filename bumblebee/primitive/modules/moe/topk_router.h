@@ -8,17 +8,20 @@
 // expert_bias_update.h). Statistics are fp32 on CUDA and float64 with float64 weights.
 //
 // The routing also carries its rows, sorted by expert (ops::moe_sort_rows),
-// and the row count of each expert on the host: the one device -> host copy
-// of a layer's routing, which the expert loop and the dispatcher need to size
-// their work. Backward takes the gradients of the routing weights (and any
+// their index by token (ops::moe_rows_by_token), and the row count of each
+// expert, which RowCountCopy brings to the host: the one device -> host copy
+// of a layer's routing, which the expert GEMMs and the dispatcher need to
+// size their work. Backward takes the gradients of the routing weights (and any
 // extra gradient of the scores, from the auxiliary loss) back through the
 // router to the logits, adds the router z-loss's gradient there when asked,
 // then goes on to x and W.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bumblebee/core/host_copy_stream.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/modules/parameter.h"
 
@@ -39,8 +42,10 @@ struct Routing {
   Tensor weights;       // [T, k] routing weights (statistics dtype)
   Tensor token_of_row;  // [N = T*k] int64: the rows sorted by expert, then slot, then token
   Tensor slot_of_row;   // [N] int64: the row's position j in its token's top-k
+  Tensor rows_by_token; // [T, k] int64: each token's rows, ascending (ops::moe_rows_by_token)
   Tensor row_weights;   // [N] the row's routing weight
-  std::vector<int64_t> rows_per_expert;   // [E] on the host
+  Tensor counts;        // [E] int64: the rows of each expert
+  std::vector<int64_t> rows_per_expert;   // [E]: counts on the host, once RowCountCopy::finish has run
   Tensor lse;           // [T] logsumexp of the logits (statistics dtype), for the z-loss; else undefined
 };
 
@@ -64,6 +69,22 @@ class TopKRouter {
   TopKRouterConfig cfg_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
+};
+
+// Routing::counts to the host, in two halves so that the layer can queue the
+// work that needs no host counts (the permute) between them: start() queues
+// the copy on a stream of its own behind the routing, and finish() waits for
+// that copy alone while the GPU goes on with what was queued after it. The
+// host's wait and its setup of the expert GEMMs then overlap the permute
+// instead of leaving the GPU idle. On the host both happen at once.
+class RowCountCopy {
+ public:
+  void start(const Routing& r);
+  void finish(Routing& r);   // fills r.rows_per_expert
+
+ private:
+  std::unique_ptr<HostCopyStream> stream_;
+  Tensor host_;   // [E] int64, pinned when the routing is on a GPU
 };
 
 // The dtype of the router's statistics for activations of dtype `dt`: float64
