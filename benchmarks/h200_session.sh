@@ -154,14 +154,10 @@ record_json() {  # FILE RUNNER: FILE's JSON object as one line, with "runner" ad
 }
 # Bench variants (BENCH_VARIANTS="base NAME ..."): variant NAME adds the keys of
 # BENCH_ARGS_NAME (space-separated key=value) to bench and moe_bench; base adds none.
-# Preset: bf16all (bf16 params and moments), bf16grads (torchtitan's
-# precision: bf16 params, moments and gradients), and each with _tuned
-# (backend.gemm_autotune: cuBLASLt's candidates timed at each shape's first call).
+# Two are preset: bf16all (bf16 params and moments) and bf16grads (torchtitan's
+# precision: bf16 params, moments and gradients).
 : "${BENCH_ARGS_bf16all:=optimizer.exp_avg_dtype=bf16 optimizer.exp_avg_sq_dtype=bf16 optimizer.main_params_dtype=bf16}"
 : "${BENCH_ARGS_bf16grads:=$BENCH_ARGS_bf16all optimizer.main_grads_dtype=bf16}"
-: "${BENCH_ARGS_bf16all_tuned:=$BENCH_ARGS_bf16all backend.gemm_autotune=true}"
-: "${BENCH_ARGS_bf16grads_tuned:=$BENCH_ARGS_bf16grads backend.gemm_autotune=true}"
-: "${BENCH_ARGS_tuned:=backend.gemm_autotune=true}"
 variant_args() { local a=BENCH_ARGS_$1; echo "${!a:-}"; }
 # moe_fit's layer counts per variant (MOE_FIT_LAYERS_NAME, else MOE_FIT_LAYERS), largest first, from the
 # 4-layer breakdown: ~4.6 GiB of state a layer at bf16grads, ~10.4 at fp32 state, plus ~0.9 of activations.
@@ -275,7 +271,7 @@ PY
               bench.profile_steps=${BENCH_PROFILE:-0} $(variant_args $v) output_json="$LOGS/bench_$n.json" > "$LOGS/bench_$n.log" 2>&1
             echo "bench $n $(variant_args $v)"
             grep -E "^step" "$LOGS/bench_$n.log" | tail -2; grep -A25 "^profile over" "$LOGS/bench_$n.log"
-            grep -E "^memory" "$LOGS/bench_$n.log"; grep "gemm autotune" "$LOGS/bench_$n.log"; tail -1 "$LOGS/bench_$n.log"
+            grep -E "^memory" "$LOGS/bench_$n.log"; tail -1 "$LOGS/bench_$n.log"
             record_json "$LOGS/bench_$n.json" bb
           done
         done
@@ -289,7 +285,7 @@ PY
           $(variant_args $v) output_json="$LOGS/bench_$m.json" > "$LOGS/bench_$m.log" 2>&1
         echo "moe_bench $m $(variant_args $v)"
         grep -E "^step" "$LOGS/bench_$m.log" | tail -2; grep -A40 "^profile over" "$LOGS/bench_$m.log"
-        grep -E "^memory" "$LOGS/bench_$m.log"; grep "gemm autotune" "$LOGS/bench_$m.log"; tail -1 "$LOGS/bench_$m.log"
+        grep -E "^memory" "$LOGS/bench_$m.log"; tail -1 "$LOGS/bench_$m.log"
         record_json "$LOGS/bench_$m.json" bb
       done ;;
     peers)

@@ -84,9 +84,6 @@ struct BBConfig {
   // Every CUDA op sums in a fixed order (ops/deterministic.h): identical runs
   // repeat bitwise at the same layout, at some cost in speed.
   bool deterministic = false;
-  // cuBLASLt GEMMs time the heuristic's leading algorithms at each shape's
-  // first call and keep the fastest (ops/gemm_autotune.h).
-  bool gemm_autotune = false;
   // MoE models: weight of the router load-balancing loss; unset: the model
   // config's (config.json's router_aux_loss_coef). Dense models reject it.
   std::optional<double> router_aux_loss_coef;

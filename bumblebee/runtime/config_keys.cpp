@@ -143,10 +143,6 @@ void ConfigSchema::add_runtime_keys() {
           "CUDA ops sum in a fixed order, so identical runs repeat bitwise at the same layout (Megatron's "
           "--deterministic-mode); needs attention_backend cudnn (or auto with cuDNN) for training",
           [](RuntimeConfig& c, const json& v) { bb_of(c).deterministic = v; }));
-  add(key("backend.gemm_autotune", "backend", T::Bool, b.gemm_autotune,
-          "CUDA GEMMs time cuBLASLt's leading candidate algorithms at each shape's first call and keep the "
-          "fastest; the choice may differ between runs, so not with backend.deterministic or tp > 1",
-          [](RuntimeConfig& c, const json& v) { bb_of(c).gemm_autotune = v; }));
   add(key("backend.router_aux_loss_coef", "backend", T::Float, json(),
           "MoE models: weight of the router load-balancing loss; unset (null): config.json's router_aux_loss_coef",
           [](RuntimeConfig& c, const json& v) {

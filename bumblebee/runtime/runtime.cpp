@@ -11,7 +11,6 @@
 #include "bumblebee/model/registry.h"
 #include "bumblebee/ops/attention_backend.h"
 #include "bumblebee/ops/deterministic.h"
-#include "bumblebee/ops/gemm_autotune.h"
 #include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/ckpt/peft_adapter.h"
 #include "bumblebee/primitive/modules/lora_dropout.h"
@@ -96,15 +95,6 @@ void check_backend(const RuntimeConfig& cfg) {
   }
   const std::string& opt = cfg.backend_cfg.optimizer.optimizer;
   BB_CHECK(opt == "adam" || opt == "adamw", "unknown optimizer '", opt, "' (expected adam)");
-  // Timing picks the algorithm, so ranks may pick differently; tp ranks
-  // repeat some GEMMs (the router's) and must get the same bits from them.
-  if (cfg.backend_cfg.gemm_autotune) {
-    BB_CHECK(!cfg.backend_cfg.deterministic, "backend.gemm_autotune picks GEMM algorithms by timing, which may ",
-             "differ between runs; it cannot be combined with backend.deterministic");
-    const int etp = p.etp == 0 ? p.tp : p.etp;
-    BB_CHECK(p.tp == 1 && etp == 1, "backend.gemm_autotune needs backend.parallel.tp = 1 and etp = 1 (got tp ", p.tp,
-             ", etp ", etp, "): tensor-parallel ranks repeat some GEMMs and must pick the same algorithm");
-  }
 }
 
 // The activations passed between pipeline stages.
@@ -196,7 +186,6 @@ ModelHandle Runtime::build_model(const BBConfig& bcfg) {
   ctx.lm_head_chunk_tokens = bcfg.lm_head_chunk_tokens;
   ops::set_attention_backend(bcfg.attention_backend);
   ops::set_deterministic(bcfg.deterministic);
-  ops::set_gemm_autotune(bcfg.gemm_autotune);
   ParamGroupOptions groups;
   groups.no_weight_decay_1d = bcfg.optimizer.no_weight_decay_1d;
   if (!bcfg.frozen_params.empty()) groups.frozen = {bcfg.frozen_params};

@@ -43,7 +43,6 @@
 #include "bumblebee/ops/cuda/cuda_ops.h"
 #include "bumblebee/ops/cuda/dropout.h"
 #include "bumblebee/ops/dropout.h"
-#include "bumblebee/ops/gemm_autotune.h"
 #include "bumblebee/ops/ops.h"
 #include "tests/cuda/harness.h"
 
@@ -89,35 +88,6 @@ void matmul_cases(std::vector<Case>& cases) {
                        cuda::matmul(a.gpu, s.ta, b.gpu, s.tb, c.gpu, s.alpha, s.beta);
                        ops::matmul(a.cpu, s.ta, b.cpu, s.tb, c.cpu, s.alpha, s.beta);
                        return std::vector<Check>{compare("c", c, bound_for(s.c))};
-                     }});
-  }
-  // Autotuned plans (backend.gemm_autotune): shapes no case above has, so the
-  // first call tunes them, in place (beta = 0) or into a scratch output
-  // (beta = 1, the sum in c untouched until the real call); the second call
-  // runs the kept algorithm. Both must match the CPU.
-  const Shape3 tuned[] = {
-      {1000, 1536, 512, false, false, DType::BF16, DType::BF16, 1.0, 0.0},
-      {768, 512, 2048, true, false, DType::BF16, DType::F32, 1.0, 1.0},
-      {256, 4096, 1024, false, true, DType::BF16, DType::BF16, 1.0, 1.0},
-  };
-  for (const Shape3& s : tuned) {
-    std::string shape = fmt("m=%lld n=%lld k=%lld ta=%d tb=%d %s->%s beta=%g", (long long)s.m, (long long)s.n,
-                            (long long)s.k, int(s.ta), int(s.tb), short_name(s.ab), short_name(s.c), s.beta);
-    cases.push_back({"matmul[autotune]", shape, [s](Generator& gen) {
-                       struct Tuning {
-                         Tuning() { ops::set_gemm_autotune(true); }
-                         ~Tuning() { ops::set_gemm_autotune(false); }
-                       } on;
-                       Pair a = random_pair(gen, s.ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, s.ab);
-                       Pair b = random_pair(gen, s.tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, s.ab);
-                       std::vector<Check> checks;
-                       for (const char* call : {"first call (tuned)", "second call"}) {
-                         Pair c = s.beta != 0.0 ? random_pair(gen, {s.m, s.n}, s.c) : output_pair({s.m, s.n}, s.c);
-                         cuda::matmul(a.gpu, s.ta, b.gpu, s.tb, c.gpu, s.alpha, s.beta);
-                         ops::matmul(a.cpu, s.ta, b.cpu, s.tb, c.cpu, s.alpha, s.beta);
-                         checks.push_back(compare(std::string("c, ") + call, c, bound_for(s.c)));
-                       }
-                       return checks;
                      }});
   }
 }

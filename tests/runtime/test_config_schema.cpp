@@ -65,7 +65,6 @@ const std::vector<RoundTrip>& round_trips() {
       {"backend.attention_backend", "flash",
        [](const RuntimeConfig& c) { return c.backend_cfg.attention_backend == "flash"; }},
       {"backend.deterministic", "true", [](const RuntimeConfig& c) { return c.backend_cfg.deterministic; }},
-      {"backend.gemm_autotune", "true", [](const RuntimeConfig& c) { return c.backend_cfg.gemm_autotune; }},
       {"backend.router_aux_loss_coef", "1e-3",
        [](const RuntimeConfig& c) { return c.backend_cfg.router_aux_loss_coef == std::optional<double>(1e-3); }},
       {"backend.mtp_loss_scaling_factor", "0.3",

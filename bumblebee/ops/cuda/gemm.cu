@@ -9,19 +9,13 @@
 //
 // Descriptors, layouts and the heuristic's algorithm are built once per
 // (shape, transposes, dtypes, pointer alignment, device) and cached: a
-// training step repeats the same few shapes thousands of times. With
-// autotuning on (ops/gemm_autotune.h) the first call of a shape instead times
-// the heuristic's first kTuneCandidates algorithms on its own operands, into
-// a scratch output, and caches the fastest.
+// training step repeats the same few shapes thousands of times.
 #include <cstdint>
-#include <cstdio>
 #include <mutex>
 #include <unordered_map>
-#include <vector>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
-#include "bumblebee/ops/gemm_autotune.h"
 
 namespace bb::cuda {
 namespace {
@@ -55,12 +49,7 @@ struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  // The heuristic's candidates, best first, while the plan waits to be timed.
-  std::vector<cublasLtMatmulAlgo_t> untimed;
 };
-
-constexpr int kTuneCandidates = 8;
-constexpr int kTuneReps = 3;
 
 std::mutex g_plans_mutex;
 std::unordered_map<GemmKey, GemmPlan, GemmKeyHash> g_plans;
@@ -107,81 +96,23 @@ GemmPlan make_plan(const GemmKey& key) {
                                                     sizeof(align_out)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_out,
                                                     sizeof(align_out)));
-  const int wanted = ops::gemm_autotune() ? kTuneCandidates : 1;
-  cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
+  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), plan.desc, plan.first, plan.second, plan.out,
-                                                     plan.out, pref, wanted, results, &found);
+                                                     plan.out, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_CHECK(st);
   BB_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for m=", key.m, " n=", key.n, " k=", key.k, " trans_a=",
            key.trans_a, " trans_b=", key.trans_b, " inputs ", dtype_name(key.ab), " output ", dtype_name(key.c),
            " (pointer alignments ", key.align_a, "/", key.align_b, "/", key.align_c, " bytes)");
-  plan.algo = results[0].algo;
-  if (found > 1)
-    for (int i = 0; i < found; ++i) plan.untimed.push_back(results[i].algo);
+  plan.algo = result.algo;
   return plan;
 }
 
-// The call's GEMM with `algo` into `d` (C is read from d too, so the timing
-// includes beta's read when beta != 0).
-cublasStatus_t run_gemm(const GemmPlan& plan, const cublasLtMatmulAlgo_t& algo, const Tensor& a, const Tensor& b,
-                        void* d, float alpha, float beta) {
-  return cublasLtMatmul(cublaslt_handle(), plan.desc, &alpha, b.raw(), plan.first, a.raw(), plan.second, &beta, d,
-                        plan.out, d, plan.out, &algo, cublaslt_workspace(), cublaslt_workspace_bytes(),
-                        current_stream());
-}
-
-// Times plan.untimed on the call's operands and keeps the fastest. With
-// beta = 0 the candidates write c itself, which the call then overwrites;
-// otherwise c holds a sum to add to, and they write a scratch output of its
-// size (without memory for one, the heuristic's first stays). Each candidate
-// runs once to warm up, then kTuneReps times.
-void tune(GemmPlan& plan, const GemmKey& key, const Tensor& a, const Tensor& b, const Tensor& c, float alpha,
-          float beta) {
-  std::vector<cublasLtMatmulAlgo_t> candidates;
-  candidates.swap(plan.untimed);
-  Tensor scratch = c;
-  if (beta != 0.f) {
-    try {
-      scratch = Tensor::empty(c.shape(), c.dtype(), c.device());
-    } catch (const Error&) {
-      return;
-    }
-  }
-  cudaStream_t stream = current_stream();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  float best_ms = -1.f, first_ms = -1.f;
-  size_t best = 0;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (run_gemm(plan, candidates[i], a, b, scratch.raw(), alpha, beta) != CUBLAS_STATUS_SUCCESS) continue;
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int r = 0; r < kTuneReps; ++r) CUBLAS_CHECK(run_gemm(plan, candidates[i], a, b, scratch.raw(), alpha, beta));
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    ms /= float(kTuneReps);
-    if (i == 0) first_ms = ms;
-    if (best_ms < 0.f || ms < best_ms) best_ms = ms, best = i;
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  if (best_ms < 0.f) return;
-  plan.algo = candidates[best];
-  std::fprintf(stderr, "bumblebee: gemm autotune %lldx%lldx%lld %s%s: heuristic's first %.3f ms, candidate %zu of %zu %.3f ms\n",
-               (long long)key.m, (long long)key.n, (long long)key.k, key.trans_a ? "T" : "N", key.trans_b ? "T" : "N",
-               double(first_ms), best + 1, candidates.size(), double(best_ms));
-}
-
-const GemmPlan& plan_for(const GemmKey& key, const Tensor& a, const Tensor& b, const Tensor& c, float alpha,
-                         float beta) {
+const GemmPlan& plan_for(const GemmKey& key) {
   std::lock_guard<std::mutex> lock(g_plans_mutex);
   auto it = g_plans.find(key);
   if (it == g_plans.end()) it = g_plans.emplace(key, make_plan(key)).first;
-  if (!it->second.untimed.empty()) tune(it->second, key, a, b, c, alpha, beta);
   return it->second;
 }
 
@@ -218,9 +149,11 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   }
   GemmKey key{a.device().index, m, n, k, trans_a, trans_b, a.dtype(), c.dtype(),
               alignment_of(a.raw()), alignment_of(b.raw()), alignment_of(c.raw())};
-  const float alpha_f = float(alpha), beta_f = float(beta);
-  const GemmPlan& plan = plan_for(key, a, b, c, alpha_f, beta_f);
-  CUBLAS_CHECK(run_gemm(plan, plan.algo, a, b, c.raw(), alpha_f, beta_f));
+  const GemmPlan& plan = plan_for(key);
+  float alpha_f = float(alpha), beta_f = float(beta);
+  CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), plan.desc, &alpha_f, b.raw(), plan.first, a.raw(), plan.second,
+                              &beta_f, c.raw(), plan.out, c.raw(), plan.out, &plan.algo, cublaslt_workspace(),
+                              cublaslt_workspace_bytes(), current_stream()));
 }
 
 }  // namespace bb::cuda
