@@ -20,10 +20,10 @@ std::vector<int64_t> token_rows(const Tensor& token_of_row, int64_t tokens, cons
 // Each token's rows in the order the token sums add them, ascending: from
 // rows_by_token when given (each entry checked to be a row of that token),
 // else gathered from token_of_row.
-using TokenRows = std::vector<std::vector<int64_t>>;
-TokenRows token_rows_of(const Tensor& token_of_row, const Tensor& rows_by_token, int64_t tokens, const char* op) {
+using RowsOfTokens = std::vector<std::vector<int64_t>>;
+RowsOfTokens rows_of_tokens(const Tensor& token_of_row, const Tensor& rows_by_token, int64_t tokens, const char* op) {
   const std::vector<int64_t> token = token_rows(token_of_row, tokens, op);
-  TokenRows rows(static_cast<size_t>(tokens));
+  RowsOfTokens rows(static_cast<size_t>(tokens));
   if (!rows_by_token.defined()) {
     for (size_t i = 0; i < token.size(); ++i) rows[size_t(token[i])].push_back(int64_t(i));
     return rows;
@@ -55,7 +55,7 @@ void moe_permute(const Tensor& x, const Tensor& token_of_row, Tensor& out) {
 
 void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor& dx, const Tensor& rows_by_token) {
   const int64_t h = dx.size(1);
-  const TokenRows rows = token_rows_of(token_of_row, rows_by_token, dx.size(0), "moe_permute_backward");
+  const RowsOfTokens rows = rows_of_tokens(token_of_row, rows_by_token, dx.size(0), "moe_permute_backward");
   dx.zero_();
   visit_float(dx.dtype(), "moe_permute_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -70,7 +70,7 @@ void moe_permute_backward(const Tensor& dout, const Tensor& token_of_row, Tensor
 void moe_unpermute(const Tensor& y, const Tensor& token_of_row, const Tensor& probs, Tensor& out,
                    const Tensor& rows_by_token) {
   const int64_t h = out.size(1);
-  const TokenRows rows = token_rows_of(token_of_row, rows_by_token, out.size(0), "moe_unpermute");
+  const RowsOfTokens rows = rows_of_tokens(token_of_row, rows_by_token, out.size(0), "moe_unpermute");
   out.zero_();
   visit_float(out.dtype(), "moe_unpermute", [&](auto tag) {
     using T = decltype(tag);
