@@ -141,9 +141,11 @@ void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_u
 // from the q/k one Dqk, as in multi-head latent attention (DeepSeek-V3:
 // Dqk 192 = nope 128 + rope 64, Dv 128); callers pass the scale, usually
 // 1/sqrt(Dqk). cu_seqlens [S+1] int32 on the device of q (offsets of each
-// sequence in T, from 0); max_seqlen the longest sequence (sizes the CUDA
-// grid); out [T, Hq, Dv]; lse [T, Hq] (float32 on CUDA, the compute dtype on
-// CPU) = log-sum-exp of each query row's scaled scores. The backward takes
+// sequence in T, from 0, ending at T); max_seqlen the longest sequence (sizes
+// the CUDA grid; where S x max_seqlen == T every sequence has that length and
+// cuDNN runs its dense layout); out [T, Hq, Dv]; lse [T, Hq] (float32 on
+// CUDA, the compute dtype on CPU) = log-sum-exp of each query row's scaled
+// scores. The backward takes
 // dout [T, Hq, Dv] and writes dq, dk, dv shaped as q, k, v. The head-dim pairs
 // each CUDA backend runs are listed in docs/cuda.md.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,

@@ -926,6 +926,9 @@ void attention_cases(std::vector<Case>& cases) {
       {{37}, 4, 4, 64},           {{64}, 2, 1, 128},         {{100, 37, 1, 64}, 8, 4, 128},
       {{129, 200}, 8, 2, 128},    {{65, 3}, 4, 2, 64},       {{300}, 4, 1, 96},
       {{77, 50}, 2, 2, 32},       {{1}, 2, 2, 128},
+      // Every sequence of one length (S x L rows): cuDNN's dense graph
+      // (attention_cudnn.cpp); flash runs them as any packing.
+      {{128, 128}, 8, 2, 128},    {{64, 64, 64}, 4, 4, 64},  {{256, 256}, 32, 4, 128},
   };
   // Shapes flash and cuDNN do not take: attention_small.cu runs them whichever
   // backend is asked for, hence the "->small" in their names.
@@ -938,6 +941,7 @@ void attention_cases(std::vector<Case>& cases) {
   const AttentionShape mla_shapes[] = {
       {{100, 37, 1, 64}, 16, 16, 192, 128}, {{129, 200}, 8, 2, 192, 128}, {{300}, 4, 1, 192, 128},
       {{65, 3}, 4, 2, 64, 32},              {{77, 50}, 4, 2, 128, 64},
+      {{96, 96}, 16, 16, 192, 128},
   };
   // Pairs neither tiled backend takes (a head dim not a multiple of 8, or q/k above 192).
   const AttentionShape mla_small_shapes[] = {{{37, 20, 9}, 4, 2, 20, 12}, {{45, 30}, 4, 1, 256, 128}};

@@ -169,7 +169,8 @@ void determinism_cases(std::vector<Case>& cases) {
   rmsnorm_cases(cases);
   embedding_cases(cases);
   if (cuda::cudnn_attention_built())
-    for (const AttentionShape& a : {AttentionShape{{1024}, 4, 4, 64}, AttentionShape{{512, 300, 37}, 8, 2, 128}})
+    for (const AttentionShape& a : {AttentionShape{{1024}, 4, 4, 64}, AttentionShape{{512, 300, 37}, 8, 2, 128},
+                                    AttentionShape{{256, 256}, 8, 2, 128}})
       add_cudnn_case(cases, a);
   add_flash_refusal_case(cases);
 }

@@ -241,17 +241,21 @@ void perf_attention(const std::string& backend, const std::string& gqa_expand, b
   }
 }
 
-// cuDNN's causal mask aligned top-left (queries and keys share one cu_seqlens
-// tensor, as in self-attention) against bottom-right (the same offsets in a
-// second tensor, as partial attention with unequal lengths passes them): the
-// same mask where every length is equal, different engines.
-void perf_cudnn_causal_alignment(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v, int64_t batch) {
+// cuDNN's three graphs for the same causal attention over equal lengths:
+// dense (one cu_seqlens tensor and S x max_seqlen rows: no ragged offsets, no
+// padding mask), ragged with the diagonal aligned top-left (one tensor, but a
+// max_seqlen past the longest sequence, so the host cannot see the lengths are
+// uniform) and ragged bottom-right (the offsets in a second tensor, as
+// partial attention with unequal lengths passes them).
+void perf_cudnn_graphs(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v, int64_t batch) {
   EnvOverride env("BB_ATTENTION_BACKEND", "cudnn");
   AttentionBench bench(batch, heads_q, heads_kv, dim_qk, dim_v);
   const Tensor cu_kv = bench.cu_seqlens.clone();
-  bench.report("cudnn top-left", bench.self_spans());
-  bench.report("cudnn bottom-right", {bench.cu_seqlens, cu_kv, AttentionBench::kSeq, AttentionBench::kSeq,
-                                      ops::AttentionMask::Causal});
+  constexpr int64_t kSeq = AttentionBench::kSeq;
+  bench.report("cudnn dense", bench.self_spans());
+  bench.report("cudnn ragged top-left",
+               {bench.cu_seqlens, bench.cu_seqlens, kSeq + 1, kSeq + 1, ops::AttentionMask::Causal});
+  bench.report("cudnn ragged bottom-right", {bench.cu_seqlens, cu_kv, kSeq, kSeq, ops::AttentionMask::Causal});
 }
 
 // RMSNorm at the benches' shapes: a decoder norm of Qwen3-8B (4096) and of
@@ -554,9 +558,9 @@ void perf_attention_all() {
     }
   }
   if (cuda::cudnn_attention_built()) {
-    perf_cudnn_causal_alignment(16, 8, 128, 128, 2);
-    perf_cudnn_causal_alignment(32, 4, 128, 128, 2);
-    perf_cudnn_causal_alignment(128, 128, 192, 128, 1);
+    perf_cudnn_graphs(16, 8, 128, 128, 2);
+    perf_cudnn_graphs(32, 4, 128, 128, 2);
+    perf_cudnn_graphs(128, 128, 192, 128, 1);
   }
 }
 

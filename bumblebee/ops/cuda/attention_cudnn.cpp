@@ -11,10 +11,22 @@
 // lse [Tq, Hq] directly as ragged stats; backward reads its stats in the padded
 // [S, Hq, max_seqlen_q] layout, filled from lse by a small kernel.
 //
+// Uniform batches take a dense graph. With one cu_seqlens tensor for queries
+// and keys and S x max_seqlen == T rows, every sequence holds exactly
+// max_seqlen tokens (the offsets end at T and no length exceeds max_seqlen,
+// as ops.h asks of every caller), so q, k, v are plain [S, L, H, D] tensors:
+// no ragged offsets, no padding mask, no length kernel. That is the batch of
+// fixed-length pretraining samples, and cuDNN's engines for it run the
+// backward 6-8 % faster than the ragged graph of the same lengths
+// (benchmarks/cudnn_sdpa_variants.cu). The forward still writes lse [Tq, Hq]
+// in place (a token-major stats stride, honoured since cuDNN 9.12); the
+// backward reads the packed [S, Hq, L] stats it needs before 9.26.
+//
 // A cuDNN graph is built (heuristics, plan compilation) once per shape and
-// cached: the number of sequences, max_seqlen_q and max_seqlen_kv rounded up
-// to a multiple of 64 (so nearby packings share a plan), heads, the q/k and v
-// head dims, mask and its alignment, scale and device.
+// cached: the number of sequences, max_seqlen_q and max_seqlen_kv (rounded up
+// to a multiple of 64 for ragged graphs, so nearby packings share a plan;
+// exact for dense ones), heads, the q/k and v head dims, mask and its
+// alignment, dense or ragged, scale and device.
 //
 // Under deterministic mode (backend.deterministic, ops/deterministic.h) the
 // backward graph asks for cuDNN's deterministic algorithm (dQ summed without
@@ -53,6 +65,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -106,6 +119,7 @@ struct Shape4 {
   int64_t seqs, seqlen_q, seqlen_kv, heads_q, heads_kv, dim_qk, dim_v;
   bool causal;
   bool equal_lengths;   // every sequence's query and key lengths are equal: causal aligns top-left
+  bool dense;           // every sequence has exactly seqlen_q == seqlen_kv rows: no ragged offsets
   // q and dq; k and dk; v and dv; out and dout.
   std::vector<int64_t> q_dim() const { return thd_dim(seqs, heads_q, seqlen_q, dim_qk); }
   std::vector<int64_t> k_dim() const { return thd_dim(seqs, heads_kv, seqlen_kv, dim_qk); }
@@ -120,8 +134,8 @@ struct Shape4 {
   }
 };
 
-using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float,
-                       bool, bool>;
+using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool,
+                       float, bool, bool>;
 
 // A built graph; with autotune, `tuned` guards the one timing of its plans.
 struct CachedGraph {
@@ -163,13 +177,30 @@ std::shared_ptr<fe::graph::Tensor_attributes> seq_lens(fe::graph::Graph& g, cons
                       .set_data_type(fe::DataType_t::INT32));
 }
 
-std::shared_ptr<fe::graph::Tensor_attributes> activation(fe::graph::Graph& g, const char* name, int64_t uid,
-                                                          const std::vector<int64_t>& dim,
-                                                          const std::vector<int64_t>& stride,
-                                                          std::shared_ptr<fe::graph::Tensor_attributes> offsets) {
-  return g.tensor(
-      fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride).set_ragged_offset(
-          offsets));
+// A [S, heads, seqlen, dim] activation; placed by ragged offsets unless the graph is dense.
+std::shared_ptr<fe::graph::Tensor_attributes> activation(fe::graph::Graph& g, const Shape4& s, const char* name,
+                                                          int64_t uid, const std::vector<int64_t>& dim,
+                                                          const std::vector<int64_t>& stride, int64_t offset_uid) {
+  auto t = g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride));
+  if (!s.dense) t->set_ragged_offset(ragged_offsets(g, (std::string("offset_") + name).c_str(), offset_uid, s.seqs));
+  return t;
+}
+
+// An output's dims, strides and, unless the graph is dense, ragged offsets.
+void place_output(fe::graph::Graph& g, const Shape4& s, fe::graph::Tensor_attributes& t, const char* name,
+                  int64_t uid, const std::vector<int64_t>& dim, const std::vector<int64_t>& stride,
+                  int64_t offset_uid) {
+  t.set_output(true).set_uid(uid).set_dim(dim).set_stride(stride);
+  if (!s.dense) t.set_ragged_offset(ragged_offsets(g, (std::string("offset_") + name).c_str(), offset_uid, s.seqs));
+}
+
+// The padding mask of a ragged graph: per-sequence query and key lengths.
+template <typename Options>
+void set_lengths(fe::graph::Graph& g, const Shape4& s, Options& options) {
+  if (s.dense) return;
+  options.set_padding_mask(true)
+      .set_seq_len_q(seq_lens(g, "seq_len_q", kSeqLenQ, s.seqs))
+      .set_seq_len_kv(seq_lens(g, "seq_len_kv", kSeqLenKV, s.seqs));
 }
 
 std::shared_ptr<fe::graph::Graph> new_graph() {
@@ -193,30 +224,19 @@ void build(fe::graph::Graph& g, cudnnHandle_t handle, bool autotune, const char*
 
 std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cudnnHandle_t handle, bool autotune) {
   auto g = new_graph();
-  auto q = activation(*g, "q", kQ, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_q", kOffsetQ, s.seqs));
-  auto k = activation(*g, "k", kK, s.k_dim(), s.k_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
-  auto v = activation(*g, "v", kV, s.v_dim(), s.v_stride(), ragged_offsets(*g, "offset_v", kOffsetV, s.seqs));
-  auto options = fe::graph::SDPA_attributes()
-                     .set_name("attention_forward")
-                     .set_generate_stats(true)
-                     .set_attn_scale(scale)
-                     .set_padding_mask(true)
-                     .set_seq_len_q(seq_lens(*g, "seq_len_q", kSeqLenQ, s.seqs))
-                     .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs));
+  auto q = activation(*g, s, "q", kQ, s.q_dim(), s.q_stride(), kOffsetQ);
+  auto k = activation(*g, s, "k", kK, s.k_dim(), s.k_stride(), kOffsetK);
+  auto v = activation(*g, s, "v", kV, s.v_dim(), s.v_stride(), kOffsetV);
+  auto options =
+      fe::graph::SDPA_attributes().set_name("attention_forward").set_generate_stats(true).set_attn_scale(scale);
+  set_lengths(*g, s, options);
   if (s.causal) options.set_diagonal_alignment(s.diagonal_alignment()).set_diagonal_band_right_bound(0);
   auto [o, stats] = g->sdpa(q, k, v, options);
-  o->set_output(true)
-      .set_uid(kO)
-      .set_dim(s.o_dim())
-      .set_stride(s.o_stride())
-      .set_ragged_offset(ragged_offsets(*g, "offset_o", kOffsetO, s.seqs));
-  // lse [T, Hq] is token-major stats with ragged offsets cu * Hq.
-  stats->set_output(true)
-      .set_uid(kStats)
-      .set_data_type(fe::DataType_t::FLOAT)
-      .set_dim({s.seqs, s.heads_q, s.seqlen_q, 1})
-      .set_stride({s.seqlen_q * s.heads_q, 1, s.heads_q, 1})
-      .set_ragged_offset(ragged_offsets(*g, "offset_stats", kOffsetStats, s.seqs));
+  place_output(*g, s, *o, "o", kO, s.o_dim(), s.o_stride(), kOffsetO);
+  // lse [T, Hq] is token-major stats (ragged offsets cu * Hq unless dense).
+  place_output(*g, s, *stats, "stats", kStats, {s.seqs, s.heads_q, s.seqlen_q, 1},
+               {s.seqlen_q * s.heads_q, 1, s.heads_q, 1}, kOffsetStats);
+  stats->set_data_type(fe::DataType_t::FLOAT);
   build(*g, handle, autotune);
   return g;
 }
@@ -224,42 +244,25 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Shape4& s, float scale, cu
 std::shared_ptr<fe::graph::Graph> backward_graph(const Shape4& s, float scale, cudnnHandle_t handle, bool autotune,
                                                  bool deterministic) {
   auto g = new_graph();
-  auto q = activation(*g, "q", kQ, s.q_dim(), s.q_stride(), ragged_offsets(*g, "offset_q", kOffsetQ, s.seqs));
-  auto k = activation(*g, "k", kK, s.k_dim(), s.k_stride(), ragged_offsets(*g, "offset_k", kOffsetK, s.seqs));
-  auto v = activation(*g, "v", kV, s.v_dim(), s.v_stride(), ragged_offsets(*g, "offset_v", kOffsetV, s.seqs));
-  auto o = activation(*g, "o", kO, s.o_dim(), s.o_stride(), ragged_offsets(*g, "offset_o", kOffsetO, s.seqs));
-  auto dout =
-      activation(*g, "dout", kDO, s.o_dim(), s.o_stride(), ragged_offsets(*g, "offset_dout", kOffsetDO, s.seqs));
+  auto q = activation(*g, s, "q", kQ, s.q_dim(), s.q_stride(), kOffsetQ);
+  auto k = activation(*g, s, "k", kK, s.k_dim(), s.k_stride(), kOffsetK);
+  auto v = activation(*g, s, "v", kV, s.v_dim(), s.v_stride(), kOffsetV);
+  auto o = activation(*g, s, "o", kO, s.o_dim(), s.o_stride(), kOffsetO);
+  auto dout = activation(*g, s, "dout", kDO, s.o_dim(), s.o_stride(), kOffsetDO);
   auto stats = g->tensor(fe::graph::Tensor_attributes()
                              .set_name("stats")
                              .set_uid(kStats)
                              .set_dim({s.seqs, s.heads_q, s.seqlen_q, 1})
                              .set_stride({s.heads_q * s.seqlen_q, s.seqlen_q, 1, 1})
                              .set_data_type(fe::DataType_t::FLOAT));
-  auto options = fe::graph::SDPA_backward_attributes()
-                     .set_name("attention_backward")
-                     .set_attn_scale(scale)
-                     .set_padding_mask(true)
-                     .set_seq_len_q(seq_lens(*g, "seq_len_q", kSeqLenQ, s.seqs))
-                     .set_seq_len_kv(seq_lens(*g, "seq_len_kv", kSeqLenKV, s.seqs));
+  auto options = fe::graph::SDPA_backward_attributes().set_name("attention_backward").set_attn_scale(scale);
+  set_lengths(*g, s, options);
   if (s.causal) options.set_diagonal_alignment(s.diagonal_alignment()).set_diagonal_band_right_bound(0);
   if (deterministic) options.set_deterministic_algorithm(true);
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
-  dq->set_output(true)
-      .set_uid(kDQ)
-      .set_dim(s.q_dim())
-      .set_stride(s.q_stride())
-      .set_ragged_offset(ragged_offsets(*g, "offset_dq", kOffsetDQ, s.seqs));
-  dk->set_output(true)
-      .set_uid(kDK)
-      .set_dim(s.k_dim())
-      .set_stride(s.k_stride())
-      .set_ragged_offset(ragged_offsets(*g, "offset_dk", kOffsetDK, s.seqs));
-  dv->set_output(true)
-      .set_uid(kDV)
-      .set_dim(s.v_dim())
-      .set_stride(s.v_stride())
-      .set_ragged_offset(ragged_offsets(*g, "offset_dv", kOffsetDV, s.seqs));
+  place_output(*g, s, *dq, "dq", kDQ, s.q_dim(), s.q_stride(), kOffsetDQ);
+  place_output(*g, s, *dk, "dk", kDK, s.k_dim(), s.k_stride(), kOffsetDK);
+  place_output(*g, s, *dv, "dv", kDV, s.v_dim(), s.v_stride(), kOffsetDV);
   build(*g, handle, autotune,
         deterministic ? " (backend.deterministic=true asked for cuDNN's deterministic attention backward; "
                         "set backend.deterministic=false to train this shape with the default one)"
@@ -272,7 +275,7 @@ std::shared_ptr<CachedGraph> cached_graph(bool backward, const Shape4& s, float 
   // The forward has no order-dependent sum: one graph serves both modes.
   const bool deterministic = backward && ops::deterministic();
   const Key key{current_device(), backward, s.seqs, s.seqlen_q, s.seqlen_kv, s.heads_q, s.heads_kv, s.dim_qk,
-                s.dim_v, s.causal, s.equal_lengths, scale, autotune, deterministic};
+                s.dim_v, s.causal, s.equal_lengths, s.dense, scale, autotune, deterministic};
   std::lock_guard<std::mutex> lock(g_graphs_mutex);
   auto it = g_graphs.find(key);
   if (it == g_graphs.end()) {
@@ -288,20 +291,25 @@ std::shared_ptr<CachedGraph> cached_graph(bool backward, const Shape4& s, float 
 int64_t bucketed(int64_t max_seqlen) { return (max_seqlen + kSeqlenBucket - 1) / kSeqlenBucket * kSeqlenBucket; }
 
 // One cu_seqlens tensor for queries and keys means equal lengths in every
-// sequence, known on the host without reading the offsets back.
+// sequence, known on the host without reading the offsets back; with
+// S x max_seqlen rows besides, every length is max_seqlen (the dense graph).
 Shape4 shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans) {
+  const int64_t seqs = spans.cu_seqlens_q.numel() - 1;
   const bool equal_lengths = spans.cu_seqlens_q.raw() == spans.cu_seqlens_kv.raw() &&
                              spans.cu_seqlens_q.numel() == spans.cu_seqlens_kv.numel() &&
                              spans.max_seqlen_q == spans.max_seqlen_kv;
-  return {spans.cu_seqlens_q.numel() - 1, bucketed(spans.max_seqlen_q), bucketed(spans.max_seqlen_kv),
-          q.size(1), k.size(1), q.size(2), v.size(2), spans.mask == ops::AttentionMask::Causal, equal_lengths};
+  const bool dense = equal_lengths && seqs * spans.max_seqlen_q == q.size(0) && k.size(0) == q.size(0);
+  const int64_t seqlen_q = dense ? spans.max_seqlen_q : bucketed(spans.max_seqlen_q);
+  const int64_t seqlen_kv = dense ? spans.max_seqlen_kv : bucketed(spans.max_seqlen_kv);
+  return {seqs, seqlen_q, seqlen_kv, q.size(1), k.size(1), q.size(2), v.size(2),
+          spans.mask == ops::AttentionMask::Causal, equal_lengths, dense};
 }
 
 // Lengths and ragged offsets on the device: [S] int32 query and key lengths,
 // then [S + 1] int64 offsets for each tensor kind (rows of one [5, S + 1] tensor).
 struct Varlen {
   Tensor lens_q, lens_kv, offsets;
-  RaggedOffsets at;   // pointers into the rows of `offsets`
+  RaggedOffsets at{};   // pointers into the rows of `offsets`
 };
 
 Varlen varlen(const ops::AttentionSpans& spans, const Shape4& s, cudaStream_t stream) {
@@ -343,13 +351,16 @@ void cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   cudnnHandle_t handle = handle_for_current_device();
   const Shape4 s = shape_of(q, k, v, spans);
   auto g = cached_graph(false, s, float(scale), handle);
-  Varlen meta = varlen(spans, s, current_stream());
   std::unordered_map<int64_t, void*> pack = {
       {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kStats, lse.raw()},
-      {kSeqLenQ, meta.lens_q.raw()}, {kSeqLenKV, meta.lens_kv.raw()},
-      {kOffsetQ, meta.at.q}, {kOffsetK, meta.at.k}, {kOffsetV, meta.at.v},
-      {kOffsetO, meta.at.o}, {kOffsetStats, meta.at.stats},
   };
+  Varlen meta;
+  if (!s.dense) {
+    meta = varlen(spans, s, current_stream());
+    pack.insert({{kSeqLenQ, meta.lens_q.raw()}, {kSeqLenKV, meta.lens_kv.raw()},
+                 {kOffsetQ, meta.at.q}, {kOffsetK, meta.at.k}, {kOffsetV, meta.at.v},
+                 {kOffsetO, meta.at.o}, {kOffsetStats, meta.at.stats}});
+  }
   execute(*g, handle, pack, q.device());
 }
 
@@ -360,18 +371,21 @@ void cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
   const Shape4 s = shape_of(q, k, v, spans);
   auto g = cached_graph(true, s, float(scale), handle);
   cudaStream_t stream = current_stream();
-  Varlen meta = varlen(spans, s, stream);
   Tensor stats = Tensor::empty({s.seqs, s.heads_q, s.seqlen_q}, DType::F32, q.device());
   lse_to_padded_stats(static_cast<const float*>(lse.raw()), static_cast<const int32_t*>(spans.cu_seqlens_q.raw()),
                       int(s.seqs), int(s.heads_q), int(s.seqlen_q), static_cast<float*>(stats.raw()), stream);
   std::unordered_map<int64_t, void*> pack = {
       {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kDO, dout.raw()}, {kStats, stats.raw()},
       {kDQ, dq.raw()}, {kDK, dk.raw()}, {kDV, dv.raw()},
-      {kSeqLenQ, meta.lens_q.raw()}, {kSeqLenKV, meta.lens_kv.raw()},
-      {kOffsetQ, meta.at.q}, {kOffsetK, meta.at.k}, {kOffsetV, meta.at.v},
-      {kOffsetO, meta.at.o}, {kOffsetDO, meta.at.o}, {kOffsetDQ, meta.at.q},
-      {kOffsetDK, meta.at.k}, {kOffsetDV, meta.at.v},
   };
+  Varlen meta;
+  if (!s.dense) {
+    meta = varlen(spans, s, stream);
+    pack.insert({{kSeqLenQ, meta.lens_q.raw()}, {kSeqLenKV, meta.lens_kv.raw()},
+                 {kOffsetQ, meta.at.q}, {kOffsetK, meta.at.k}, {kOffsetV, meta.at.v},
+                 {kOffsetO, meta.at.o}, {kOffsetDO, meta.at.o}, {kOffsetDQ, meta.at.q},
+                 {kOffsetDK, meta.at.k}, {kOffsetDV, meta.at.v}});
+  }
   execute(*g, handle, pack, q.device());
 }
 
