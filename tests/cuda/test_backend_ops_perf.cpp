@@ -245,16 +245,18 @@ void perf_attention(const std::string& backend, const std::string& gqa_expand, b
 // dense (one cu_seqlens tensor and S x max_seqlen rows: no ragged offsets, no
 // padding mask), ragged with the diagonal aligned top-left (one tensor, but a
 // max_seqlen past the longest sequence, so the host cannot see the lengths are
-// uniform) and ragged bottom-right (the offsets in a second tensor, as
-// partial attention with unequal lengths passes them).
+// uniform; that needs two sequences, as max_seqlen may not pass the rows) and
+// ragged bottom-right (the offsets in a second tensor, as partial attention
+// with unequal lengths passes them).
 void perf_cudnn_graphs(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v, int64_t batch) {
   EnvOverride env("BB_ATTENTION_BACKEND", "cudnn");
   AttentionBench bench(batch, heads_q, heads_kv, dim_qk, dim_v);
   const Tensor cu_kv = bench.cu_seqlens.clone();
   constexpr int64_t kSeq = AttentionBench::kSeq;
   bench.report("cudnn dense", bench.self_spans());
-  bench.report("cudnn ragged top-left",
-               {bench.cu_seqlens, bench.cu_seqlens, kSeq + 1, kSeq + 1, ops::AttentionMask::Causal});
+  if (batch > 1)
+    bench.report("cudnn ragged top-left",
+                 {bench.cu_seqlens, bench.cu_seqlens, kSeq + 1, kSeq + 1, ops::AttentionMask::Causal});
   bench.report("cudnn ragged bottom-right", {bench.cu_seqlens, cu_kv, kSeq, kSeq, ops::AttentionMask::Causal});
 }
 

@@ -292,13 +292,16 @@ int64_t bucketed(int64_t max_seqlen) { return (max_seqlen + kSeqlenBucket - 1) /
 
 // One cu_seqlens tensor for queries and keys means equal lengths in every
 // sequence, known on the host without reading the offsets back; with
-// S x max_seqlen rows besides, every length is max_seqlen (the dense graph).
+// S x max_seqlen rows besides, every length is max_seqlen (the dense graph;
+// cuDNN's backward refuses s_q = s_kv = 1, which the ragged graph's 64-row
+// bucket avoids, so one-token sequences stay ragged).
 Shape4 shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans) {
   const int64_t seqs = spans.cu_seqlens_q.numel() - 1;
   const bool equal_lengths = spans.cu_seqlens_q.raw() == spans.cu_seqlens_kv.raw() &&
                              spans.cu_seqlens_q.numel() == spans.cu_seqlens_kv.numel() &&
                              spans.max_seqlen_q == spans.max_seqlen_kv;
-  const bool dense = equal_lengths && seqs * spans.max_seqlen_q == q.size(0) && k.size(0) == q.size(0);
+  const bool dense = equal_lengths && spans.max_seqlen_q > 1 && seqs * spans.max_seqlen_q == q.size(0) &&
+                     k.size(0) == q.size(0);
   const int64_t seqlen_q = dense ? spans.max_seqlen_q : bucketed(spans.max_seqlen_q);
   const int64_t seqlen_kv = dense ? spans.max_seqlen_kv : bucketed(spans.max_seqlen_kv);
   return {seqs, seqlen_q, seqlen_kv, q.size(1), k.size(1), q.size(2), v.size(2),
