@@ -557,6 +557,42 @@ void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& i
   BB_DISPATCH_CUDA(rope_backward, dy, position_ids, inv_freq, dx);
 }
 
+// ---- RMSNorm then RoPE --------------------------------------------------------------------------------
+// x [N, heads, D]: RoPE's layout, with RMSNorm's rows the N * heads heads.
+
+void rmsnorm_rope_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& position_ids,
+                          const Tensor& inv_freq, Tensor& y, Tensor& rstd) {
+  const char* op = "rmsnorm_rope_forward";
+  const Device dev =
+      common_device(op, {{x, "x"}, {w, "w"}, {position_ids, "position_ids"}, {y, "y"}, {rstd, "rstd"}});
+  check_rope(op, x, "x", position_ids, inv_freq, y, "y", dev);
+  const int64_t rows = rmsnorm_rows(op, x, w);
+  expect_shape(op, rstd, "rstd", {rows});
+  BB_CHECK(eps >= 0.0, op, ": eps is negative (", eps, ")");
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{x, "x"}, {w, "w"}, {y, "y"}, {rstd, "rstd"}});
+    BB_DISPATCH_CPU(rmsnorm_rope_forward, x, w, eps, position_ids, inv_freq, y, rstd);
+  }
+  BB_DISPATCH_CUDA(rmsnorm_rope_forward, x, w, eps, position_ids, inv_freq, y, rstd);
+}
+
+void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                           const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx, Tensor& dw) {
+  const char* op = "rmsnorm_rope_backward";
+  const Device dev = common_device(
+      op, {{dy, "dy"}, {x, "x"}, {w, "w"}, {rstd, "rstd"}, {position_ids, "position_ids"}, {dx, "dx"}, {dw, "dw"}});
+  check_rope(op, dy, "dy", position_ids, inv_freq, dx, "dx", dev);
+  expect_shape(op, x, "x", dy.shape());
+  const int64_t rows = rmsnorm_rows(op, x, w);
+  expect_shape(op, rstd, "rstd", {rows});
+  expect_shape(op, dw, "dw", w.shape());
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{x, "x"}, {dy, "dy"}, {w, "w"}, {rstd, "rstd"}, {dx, "dx"}, {dw, "dw"}});
+    BB_DISPATCH_CPU(rmsnorm_rope_backward, dy, x, w, rstd, position_ids, inv_freq, dx, dw);
+  }
+  BB_DISPATCH_CUDA(rmsnorm_rope_backward, dy, x, w, rstd, position_ids, inv_freq, dx, dw);
+}
+
 // ---- SwiGLU -----------------------------------------------------------------------------------------
 
 void swiglu_forward(const Tensor& gate_up, Tensor& out) {

@@ -128,6 +128,23 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
 void rope_forward(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out);
 void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx);
 
+// ---- RMSNorm then RoPE over each head (Qwen3's q/k norms) ------------------------
+// y = rope_forward(rmsnorm_forward(x, w)) in one op: x [N, heads, D], w [D],
+// y [N, heads, D] (w's dtype, as rmsnorm_forward's y), rstd [N * heads];
+// position_ids and inv_freq as rope_forward takes them. y and rstd are the
+// bits of rmsnorm_forward into a tensor of y's dtype followed by rope_forward
+// of it; the fused op saves that tensor's write and read. The backward is
+// rope_backward of dy (into dy's dtype) followed by rmsnorm_backward: dx
+// overwritten, dw accumulated (+=) as rmsnorm_backward accumulates it. CPU:
+// the two ops in sequence. CUDA: one kernel each way for D = 64, 128, 256
+// (y, rstd and dx the unfused ops' bits; dw the same fixed-order sum over the
+// kernel's own grid, so repeatable but not always the unfused bits); other
+// head dims run the two ops in sequence.
+void rmsnorm_rope_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& position_ids,
+                          const Tensor& inv_freq, Tensor& y, Tensor& rstd);
+void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                           const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx, Tensor& dw);
+
 // ---- SwiGLU -------------------------------------------------------------------
 // gate_up [N, 2F] holds gate in columns [0, F) and up in [F, 2F); out [N, F] =
 // silu(gate) * up. Backward writes d_gate_up [N, 2F].

@@ -126,6 +126,12 @@ bool filter_matches(const std::string& filter, const std::string& name) {
   return false;
 }
 
+Tensor rope_inv_freq(int64_t dim, double base) {
+  std::vector<double> f(size_t(dim / 2));
+  for (int64_t i = 0; i < dim / 2; ++i) f[size_t(i)] = 1.0 / std::pow(base, double(2 * i) / double(dim));
+  return Tensor::from_doubles(f, {dim / 2}, DType::F64);
+}
+
 std::string head_dims(int64_t head_dim_qk, int64_t head_dim_v) {
   return head_dim_v == head_dim_qk ? fmt("D=%lld", (long long)head_dim_qk)
                                    : fmt("D=%lld/%lld", (long long)head_dim_qk, (long long)head_dim_v);

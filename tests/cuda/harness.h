@@ -65,6 +65,9 @@ class EnvOverride {
 
 std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
+// RoPE's inv_freq [dim / 2] (float64 on the host): base^(-2i / dim).
+Tensor rope_inv_freq(int64_t dim, double base);
+
 // "D=128", or "D=192/128" for a v head dim other than the q/k one (multi-head
 // latent attention).
 std::string head_dims(int64_t head_dim_qk, int64_t head_dim_v);

@@ -4,6 +4,9 @@
 //
 //   rmsnorm_backward    always fixed-order (many rows, many blocks; the team
 //                       kernels at n <= 2048, the general ones above and at 100)
+//   rmsnorm_rope_backward
+//                       always fixed-order (q/k norm with RoPE: dw over many
+//                       blocks; head dims 64, 128, 256)
 //   embedding_backward  under backend.deterministic (ids repeated hundreds of times)
 //   attention_backward  cuDNN under backend.deterministic; flash refuses the mode
 #include <algorithm>
@@ -72,6 +75,42 @@ void rmsnorm_cases(std::vector<Case>& cases) {
            cuda::rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, dx.gpu, dw.gpu);
            cuda::rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, dx2, dw2);
            ops::rmsnorm_backward(dy.cpu, x.cpu, w.cpu, rstd.cpu, dx.cpu, dw.cpu);
+           return std::vector<Check>{compare("dx", dx, kBf16Bound), compare("dw", dw, kBf16Bound),
+                                     bitwise("dx", dx.gpu, dx2), bitwise("dw", dw.gpu, dw2)};
+         }});
+  }
+}
+
+// Qwen3-30B-A3B's q and k heads (32 and 4 of 128) over thousands of tokens,
+// and the other two fused head dims.
+void rmsnorm_rope_cases(std::vector<Case>& cases) {
+  struct Heads {
+    int64_t tokens, heads, dim;
+  };
+  for (Heads h : {Heads{2048, 32, 128}, Heads{8192, 4, 128}, Heads{3001, 5, 64}, Heads{1000, 16, 256}}) {
+    const std::string shape =
+        fmt("N=%lld heads=%lld D=%lld x=bf16 w=bf16", (long long)h.tokens, (long long)h.heads, (long long)h.dim);
+    cases.push_back(
+        {"rmsnorm_rope_backward[deterministic]", shape, [=](Generator& gen) {
+           const double eps = 1e-6;
+           const Shape xs{h.tokens, h.heads, h.dim};
+           const int64_t rows = h.tokens * h.heads;
+           Pair x = random_pair(gen, xs, DType::BF16);
+           Pair w = random_pair(gen, {h.dim}, DType::BF16, 0.2, 1.0);
+           Pair dy = random_pair(gen, xs, DType::BF16);
+           std::vector<double> pos(size_t(h.tokens));
+           for (size_t t = 0; t < pos.size(); ++t) pos[t] = double(t % 4096);
+           Pair positions = index_pair(pos, DType::I64);
+           const Tensor inv_freq = rope_inv_freq(h.dim, 1e6);
+           Tensor y_cpu = Tensor::empty(xs, DType::F32), rstd_cpu = Tensor::empty({rows}, DType::F32);
+           ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
+           Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
+           Pair dx = output_pair(xs, DType::BF16);
+           Pair dw = random_pair(gen, {h.dim}, DType::F32);
+           Tensor dx2 = gpu_copy(dx.gpu), dw2 = gpu_copy(dw.gpu);
+           cuda::rmsnorm_rope_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, positions.gpu, inv_freq, dx.gpu, dw.gpu);
+           cuda::rmsnorm_rope_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, positions.gpu, inv_freq, dx2, dw2);
+           ops::rmsnorm_rope_backward(dy.cpu, x.cpu, w.cpu, rstd.cpu, positions.cpu, inv_freq, dx.cpu, dw.cpu);
            return std::vector<Check>{compare("dx", dx, kBf16Bound), compare("dw", dw, kBf16Bound),
                                      bitwise("dx", dx.gpu, dx2), bitwise("dw", dw.gpu, dw2)};
          }});
@@ -167,6 +206,7 @@ void add_flash_refusal_case(std::vector<Case>& cases) {
 
 void determinism_cases(std::vector<Case>& cases) {
   rmsnorm_cases(cases);
+  rmsnorm_rope_cases(cases);
   embedding_cases(cases);
   if (cuda::cudnn_attention_built())
     for (const AttentionShape& a : {AttentionShape{{1024}, 4, 4, 64}, AttentionShape{{512, 300, 37}, 8, 2, 128},

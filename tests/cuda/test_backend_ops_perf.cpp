@@ -263,7 +263,10 @@ void perf_cudnn_graphs(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_
 // RMSNorm at the benches' shapes: a decoder norm of Qwen3-8B (4096) and of
 // Qwen3-1.7B / 30B-A3B (2048), both over 2 x 4096 tokens, and the q and k
 // norms over head_dim 128 of Qwen3-30B-A3B's 32 / 4 heads on the same tokens.
-// Bytes: x and y (forward); dy, x and dx (backward).
+// Bytes: x and y (forward); dy, x and dx (backward). Then those q and k
+// norms with their RoPE: the fused op against rmsnorm then rope (forward)
+// and rope then rmsnorm (backward), both rated by the bytes the fused op
+// moves, so the rates compare as the times do.
 void perf_rmsnorm() {
   const std::pair<int64_t, int64_t> shapes[] = {{16384, 4096}, {8192, 2048}, {8192 * 32, 128}, {8192 * 4, 128}};
   for (auto [rows, n] : shapes) {
@@ -276,6 +279,34 @@ void perf_rmsnorm() {
     report_bytes("rmsnorm_forward " + shape, median_ms([&] { cuda::rmsnorm_forward(x, w, 1e-6, y, rstd); }),
                  2.0 * act);
     report_bytes("rmsnorm_backward " + shape, median_ms([&] { cuda::rmsnorm_backward(dy, x, w, rstd, dx, dw); }),
+                 3.0 * act);
+  }
+  for (int64_t heads : {32, 4}) {
+    const int64_t tokens = 8192, dim = 128;
+    const Shape xs{tokens, heads, dim};
+    Tensor x = random_gpu(xs, DType::BF16, 15), w = random_gpu({dim}, DType::BF16, 16);
+    Tensor y = Tensor::empty(xs, DType::BF16, kGpu), rstd = Tensor::empty({tokens * heads}, DType::F32, kGpu);
+    Tensor dy = random_gpu(xs, DType::BF16, 17), dx = Tensor::empty(xs, DType::BF16, kGpu);
+    Tensor dnorm = Tensor::empty(xs, DType::BF16, kGpu), dw = Tensor::zeros({dim}, DType::F32, kGpu);
+    std::vector<int64_t> pos(static_cast<size_t>(tokens));
+    for (int64_t i = 0; i < tokens; ++i) pos[size_t(i)] = i % 4096;
+    const Tensor positions = index_gpu(pos, DType::I64), inv_freq = rope_inv_freq(dim, 1e6);
+    const double act = double(tokens * heads * dim) * 2.0;
+    const std::string shape = fmt("%lld x %lld x %lld bf16", (long long)tokens, (long long)heads, (long long)dim);
+    report_bytes("rmsnorm_rope_forward " + shape,
+                 median_ms([&] { cuda::rmsnorm_rope_forward(x, w, 1e-6, positions, inv_freq, y, rstd); }), 2.0 * act);
+    report_bytes("  unfused: rmsnorm_forward, rope_forward", median_ms([&] {
+                   cuda::rmsnorm_forward(x, w, 1e-6, y, rstd);
+                   cuda::rope_forward(y, positions, inv_freq, y);
+                 }),
+                 2.0 * act);
+    report_bytes("rmsnorm_rope_backward " + shape,
+                 median_ms([&] { cuda::rmsnorm_rope_backward(dy, x, w, rstd, positions, inv_freq, dx, dw); }),
+                 3.0 * act);
+    report_bytes("  unfused: rope_backward, rmsnorm_backward", median_ms([&] {
+                   cuda::rope_backward(dy, positions, inv_freq, dnorm);
+                   cuda::rmsnorm_backward(dnorm, x, w, rstd, dx, dw);
+                 }),
                  3.0 * act);
   }
 }

@@ -58,6 +58,12 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
 void rope_forward(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out);
 void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx);
 
+// rmsnorm_rope.cpp
+void rmsnorm_rope_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& position_ids,
+                          const Tensor& inv_freq, Tensor& y, Tensor& rstd);
+void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                           const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx, Tensor& dw);
+
 // swiglu.cpp
 void swiglu_forward(const Tensor& gate_up, Tensor& out);
 void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_up);

@@ -9,7 +9,7 @@
 // return a number to the host synchronise.
 //
 // defined in: gemm.cu, grouped_gemm.cu, elementwise.cu, column_gather.cu, reduce.cu, embedding.cu, rmsnorm.cu,
-// rope.cu, swiglu.cu, attention.cpp, cross_entropy.cu, softmax_stats.cu, entropy.cu, adamw.cu,
+// rope.cu, rmsnorm_rope.cu, swiglu.cu, attention.cpp, cross_entropy.cu, softmax_stats.cu, entropy.cu, adamw.cu,
 // moe_permute.cu, moe_router.cu
 #pragma once
 
@@ -75,6 +75,15 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
 // (passed by value to the kernel, at most 512 frequencies) or on the device.
 void rope_forward(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out);
 void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx);
+
+// rmsnorm_rope.cu. RMSNorm then RoPE over rows of one head: x, w, y, dy, dx,
+// rstd and dw as rmsnorm.cu takes them, position_ids and inv_freq as rope.cu
+// does. Head dims 64, 128 and 256 on the 16-byte grid run the fused kernels,
+// other calls the two ops in sequence.
+void rmsnorm_rope_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& position_ids,
+                          const Tensor& inv_freq, Tensor& y, Tensor& rstd);
+void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                           const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx, Tensor& dw);
 
 // swiglu.cu. bfloat16 or float32, one dtype.
 void swiglu_forward(const Tensor& gate_up, Tensor& out);

@@ -24,14 +24,21 @@
 // dy's), so a float32 residual stream (Megatron's fp32_residual_connection)
 // can be normalised into bfloat16 activations. A lane's 8-column group is one
 // 16-byte access in bfloat16 and two in float32 (load8/store8).
+//
+// The team kernels' row math, the per-block dw partials and their fixed-order
+// sum live in rmsnorm_common.cuh, shared with the fused RMSNorm + RoPE kernels
+// (rmsnorm_rope.cu).
 #include <algorithm>
 #include <type_traits>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/rmsnorm_common.cuh"
 
 namespace bb::cuda {
 namespace {
+
+using namespace rmsnorm;
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = kWarpsPerBlock * 32;
@@ -61,55 +68,10 @@ __device__ __forceinline__ void store_cols(T* p, const float (&v)[8]) {
 
 // ---- team kernels: rows of up to 2048 elements, held in registers ----
 
-constexpr int kTeamBackwardThreads = 128;
 // Groups of 8 columns a lane may hold: 8 (n <= 2048 at T = 32) when x and w
 // are bfloat16, 4 when either is float32 (its packs take twice the registers).
 template <typename TX, typename TW>
 constexpr int kMaxGroups = sizeof(TX) + sizeof(TW) == 4 ? 8 : 4;
-
-// The lanes of this thread's team within its warp, for the team's shuffles:
-// teams of one warp may run different numbers of rows.
-template <int T>
-__device__ __forceinline__ unsigned team_mask() {
-  if constexpr (T == 32) return 0xffffffffu;
-  else return ((1u << T) - 1u) << ((threadIdx.x & 31) & ~(T - 1));
-}
-
-template <int T>
-__device__ __forceinline__ float team_sum(float v, unsigned mask) {
-#pragma unroll
-  for (int off = T / 2; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off);
-  return v;
-}
-
-// Calls f(g, c) for each group g of lane `lane` (of a team of L lanes) that
-// lies inside a row of n: columns [c, c + 8).
-template <int L, int G, typename F>
-__device__ __forceinline__ void for_lane_groups(int64_t n, int lane, F f) {
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const int64_t c = (int64_t(g) * L + lane) * 8;
-    if (c < n) f(g, c);
-  }
-}
-
-// A row's G groups of this lane: raw 16-byte packs (two per group in float32).
-template <typename T, int G>
-struct RowGroups {
-  static constexpr int kPacks = 8 / Pack16<T>::N;
-  Pack16<T> p[G][kPacks];
-
-  template <int L>
-  __device__ __forceinline__ void load(const T* row, int64_t n, int lane) {
-    for_lane_groups<L, G>(n, lane, [&](int g, int64_t c) {
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k) p[g][k] = load_pack(row + c + k * Pack16<T>::N);
-    });
-  }
-  __device__ __forceinline__ float at(int g, int i) const {
-    return to_float(p[g][i / Pack16<T>::N].v[i % Pack16<T>::N]);
-  }
-};
 
 template <typename TX, typename TW, int T, int G>
 __global__ void __launch_bounds__(kThreads) rmsnorm_forward_team_kernel(const TX* __restrict__ x,
@@ -119,38 +81,30 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_team_kernel(const TX
   const int lane = threadIdx.x & (T - 1);
   const int64_t row = int64_t(blockIdx.x) * (kThreads / T) + threadIdx.x / T;
   if (row >= rows) return;  // the whole team leaves; its shuffles name only its own lanes
-  const unsigned mask = team_mask<T>();
   RowGroups<TX, G> xv;
   xv.template load<T>(x + row * n, n, lane);
-  float ss = 0.f;
-  for_lane_groups<T, G>(n, lane, [&](int g, int64_t) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ss += xv.at(g, i) * xv.at(g, i);
-  });
-  ss = team_sum<T>(ss, mask);
-  const float r = 1.0f / sqrtf(ss / float(n) + eps);
+  const float r = row_rstd<T, G>(xv, n, lane, team_mask<T>(), eps);
   if (lane == 0) rstd[row] = r;
   for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
     float wv[8], out[8];
     load8(w + c, wv);
-    // x * rstd rounded to x's dtype before the weight multiply, as HF does.
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = wv[i] * to_float(from_float<TX>(xv.at(g, i) * r));
+    for (int i = 0; i < 8; ++i) out[i] = normalise<TX>(xv.at(g, i), r, wv[i]);
     store8(y + row * n + c, out);
   });
 }
 
-// The general backward's formulas (below) with the row and the lane's dw
-// partial in registers. Team t of block b takes rows b * teams + t, then
+// The general backward's formulas (backward_row) with the row and the lane's
+// dw partial in registers. Team t of block b takes rows b * teams + t, then
 // every (gridDim.x * teams)-th row after it; at the end the block's teams add
 // their partials into block_dw [n] one team at a time, in team order.
 template <typename TX, typename TW, int T, int G>
-__global__ void __launch_bounds__(kTeamBackwardThreads)
+__global__ void __launch_bounds__(kBackwardThreads)
     rmsnorm_backward_team_kernel(const TW* __restrict__ dy, const TX* __restrict__ x, const TW* __restrict__ w,
                                  const float* __restrict__ rstd, int64_t rows, int64_t n, TX* __restrict__ dx,
                                  float* __restrict__ dw_partials) {
   extern __shared__ float block_dw[];  // [n]
-  constexpr int kTeams = kTeamBackwardThreads / T;
+  constexpr int kTeams = kBackwardThreads / T;
   const int lane = threadIdx.x & (T - 1), team = threadIdx.x / T;
   const unsigned mask = team_mask<T>();
   float acc[G][8];
@@ -163,38 +117,10 @@ __global__ void __launch_bounds__(kTeamBackwardThreads)
     RowGroups<TW, G> gv;
     xv.template load<T>(x + row * n, n, lane);
     gv.template load<T>(dy + row * n, n, lane);
-    const float r = rstd[row];
-    float dot = 0.f;  // sum of g * w * xhat over the row
-    for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
-      float wv[8];
-      load8(w + c, wv);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float xhat = xv.at(g, i) * r;
-        dot += gv.at(g, i) * wv[i] * xhat;
-        acc[g][i] += gv.at(g, i) * to_float(from_float<TX>(xhat));
-      }
-    });
-    dot = team_sum<T>(dot, mask);
-    const float mean_dot = dot / float(n);
-    for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
-      float wv[8], out[8];
-      load8(w + c, wv);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) out[i] = r * (gv.at(g, i) * wv[i] - xv.at(g, i) * r * mean_dot);
-      store8(dx + row * n + c, out);
-    });
+    backward_row<TX, TW, T, G>(
+        xv, [&](int g, int i) { return gv.at(g, i); }, w, rstd[row], n, lane, mask, acc, dx + row * n);
   }
-  for (int t = 0; t < kTeams; ++t) {
-    if (team == t) {
-      for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) block_dw[c + i] = (t == 0 ? 0.f : block_dw[c + i]) + acc[g][i];
-      });
-    }
-    __syncthreads();
-  }
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) dw_partials[int64_t(blockIdx.x) * n + c] = block_dw[c];
+  block_partial<T, G, kTeams>(acc, n, lane, team, block_dw, dw_partials + int64_t(blockIdx.x) * n);
 }
 
 // ---- general kernels: any row length and alignment ----
@@ -224,10 +150,8 @@ __global__ void rmsnorm_forward_kernel(const TX* __restrict__ x, const TW* __res
     float v[8], g[8], out[8];
     load_cols<TX, VEC>(xr + c, v);
     load_cols<TW, VEC>(w + c, g);
-    // x * rstd is rounded to x's dtype before the weight multiply, as HF
-    // transformers does (the identity for a float32 x).
 #pragma unroll
-    for (int i = 0; i < W; ++i) out[i] = g[i] * to_float(from_float<TX>(v[i] * r));
+    for (int i = 0; i < W; ++i) out[i] = normalise<TX>(v[i], r, g[i]);
     store_cols<TW, VEC>(yr + c, out);
   });
 }
@@ -290,51 +214,7 @@ __global__ void rmsnorm_backward_kernel(const TW* __restrict__ dy, const TX* __r
   }
 }
 
-// dw[c] += the sum over blocks b of dw_partials[b][c]. A block covers
-// kSumColumns columns with kSumSlices threads each: slice k adds blocks k,
-// k + kSumSlices, ... in order, then the slices are added in slice order, so
-// the sum is fixed and a partial count in the thousands (short rows, many
-// blocks) still spreads over many threads. A bfloat16 dw
-// (optimizer.main_grads_dtype=bf16) is rounded once, after the fp32 sum is
-// added to it.
-constexpr int kSumColumns = 32, kSumSlices = 16;
-
-template <typename TG>
-__global__ void __launch_bounds__(kSumColumns * kSumSlices)
-    sum_partials_kernel(const float* __restrict__ partials, int nblocks, int64_t n, TG* __restrict__ dw) {
-  __shared__ float slice_sum[kSumSlices][kSumColumns];
-  const int col = threadIdx.x % kSumColumns, slice = threadIdx.x / kSumColumns;
-  const int64_t c = int64_t(blockIdx.x) * kSumColumns + col;
-  float s = 0.f;
-  if (c < n) {
-#pragma unroll 8
-    for (int b = slice; b < nblocks; b += kSumSlices) s += partials[int64_t(b) * n + c];
-  }
-  slice_sum[slice][col] = s;
-  __syncthreads();
-  if (slice != 0 || c >= n) return;
-  float total = 0.f;
-  for (int k = 0; k < kSumSlices; ++k) total += slice_sum[k][col];
-  dw[c] = from_float<TG>(to_float(dw[c]) + total);
-}
-
 int64_t row_count(const Tensor& x, int64_t n) { return n == 0 ? 0 : x.numel() / n; }
-
-// x and w share a dtype (bfloat16 or float32), or x is float32 (the fp32
-// residual stream) with w bfloat16.
-void check_x_w_dtypes(DType x, DType w, const char* op) {
-  const bool same = x == w && (x == DType::BF16 || x == DType::F32);
-  BB_CHECK(same || (x == DType::F32 && w == DType::BF16), op,
-           ": CUDA takes x and w both bfloat16 or both float32, or x float32 with w bfloat16; got x ",
-           dtype_name(x), ", w ", dtype_name(w));
-}
-
-// Calls f(TX{}, TW{}) for dtypes check_x_w_dtypes accepted.
-template <typename F>
-void dispatch_x_w(DType x, DType w, const char* op, F&& f) {
-  if (x == DType::F32 && w == DType::BF16) f(float{}, bf16{});
-  else dispatch_activation(x, op, [&](auto tag) { f(tag, tag); });
-}
 
 // The team kernels' shape for rows of n: T lanes a row and G groups of 8
 // columns a lane (G a power of two, at most max_groups), or lanes = 0 when
@@ -477,16 +357,12 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
       // rows, so each block's dw partial covers many rows.
       dispatch_team<kMaxGroups<TX, TW>>(team, [&](auto t, auto g) {
         constexpr int T = decltype(t)::value, G = decltype(g)::value;
-        constexpr int kTeams = kTeamBackwardThreads / T;
         auto kernel = rmsnorm_backward_team_kernel<TX, TW, T, G>;
         const size_t smem = size_t(n) * sizeof(float);
-        int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTeamBackwardThreads, smem));
-        const int blocks =
-            int(std::min<int64_t>((rows + kTeams - 1) / kTeams, int64_t(sms) * std::max(per_sm, 1)));
+        const int blocks = backward_blocks(kernel, rows, kBackwardThreads / T, smem);
         partials = Tensor::empty({int64_t(blocks), n}, DType::F32, x.device());
-        kernel<<<blocks, kTeamBackwardThreads, smem, stream>>>(pdy, px, pw, pr, rows, n, pdx,
-                                                               static_cast<float*>(partials.raw()));
+        kernel<<<blocks, kBackwardThreads, smem, stream>>>(pdy, px, pw, pr, rows, n, pdx,
+                                                           static_cast<float*>(partials.raw()));
       });
       return;
     }
@@ -512,15 +388,7 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
     else launch(rmsnorm_backward_kernel<TX, TW, false>);
   });
   CUDA_CHECK_LAUNCH(op);
-  const float* pp = static_cast<const float*>(partials.raw());
-  const int nblocks = int(partials.size(0));
-  const unsigned sum_blocks = unsigned((n + kSumColumns - 1) / kSumColumns);
-  constexpr int kSumThreads = kSumColumns * kSumSlices;
-  if (dw.dtype() == DType::BF16)
-    sum_partials_kernel<<<sum_blocks, kSumThreads, 0, stream>>>(pp, nblocks, n, static_cast<bf16*>(dw.raw()));
-  else
-    sum_partials_kernel<<<sum_blocks, kSumThreads, 0, stream>>>(pp, nblocks, n, static_cast<float*>(dw.raw()));
-  CUDA_CHECK_LAUNCH("rmsnorm_backward (dw)");
+  add_partials(partials, dw, stream, "rmsnorm_backward (dw)");
 }
 
 }  // namespace bb::cuda

@@ -5,47 +5,27 @@
 // shared memory and applies them to every head, so the transcendental work is
 // per token, not per element. As in HF transformers, the angle is the fp32
 // product position * inv_freq, and cos/sin are rounded to the activation dtype
-// before use; the rotation itself is fp32 with one rounding at the end.
-#include <vector>
-
+// before use; the rotation itself is fp32 with one rounding at the end. The
+// angle, cos/sin and the rotation of a pair are rope_common.cuh's, shared with
+// the fused RMSNorm + RoPE kernels (rmsnorm_rope.cu).
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/cuda_ops.h"
+#include "bumblebee/ops/cuda/rope_common.cuh"
 
 namespace bb::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kMaxFrequencies = 512;  // head_dim up to 1024
-
-// inv_freq as the kernel receives it: values by value when they came from the
-// host (no copy, no sync), or a device pointer.
-struct Frequencies {
-  const void* device = nullptr;
-  bool device_is_double = false;
-  float host[kMaxFrequencies];
-};
 
 // x, out: [tokens, heads, 2 * half]; out may alias x (each thread reads both
 // elements of its pairs before writing them). sign = -1 rotates backwards.
 template <typename T, typename I, bool VEC>
-__global__ void rope_kernel(const T* x, const I* __restrict__ positions, const Frequencies freq, int64_t heads,
-                            int half, float sign, T* out) {
-  __shared__ float cos_s[kMaxFrequencies], sin_s[kMaxFrequencies];
+__global__ void rope_kernel(const T* x, const I* __restrict__ positions, const __grid_constant__ rope::Frequencies freq,
+                            int64_t heads, int half, float sign, T* out) {
+  __shared__ float cos_s[rope::kMaxFrequencies], sin_s[rope::kMaxFrequencies];
   const int64_t token = blockIdx.x;
   const float pos = float(positions[token]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float f;
-    if (freq.device) {
-      f = freq.device_is_double ? float(static_cast<const double*>(freq.device)[i])
-                                : static_cast<const float*>(freq.device)[i];
-    } else {
-      f = freq.host[i];
-    }
-    float s, c;
-    sincosf(pos * f, &s, &c);
-    cos_s[i] = to_float(from_float<T>(c));
-    sin_s[i] = sign * to_float(from_float<T>(s));
-  }
+  for (int i = threadIdx.x; i < half; i += blockDim.x) rope::cos_sin<T>(freq, pos, i, sign, cos_s[i], sin_s[i]);
   __syncthreads();
   const int64_t dim = 2 * int64_t(half);
   const T* xt = x + token * heads * dim;
@@ -68,8 +48,8 @@ __global__ void rope_kernel(const T* x, const I* __restrict__ positions, const F
 #pragma unroll
     for (int j = 0; j < W; ++j) {
       const float c = cos_s[i0 + j], s = sin_s[i0 + j];
-      ra[j] = a[j] * c - b[j] * s;
-      rb[j] = b[j] * c + a[j] * s;
+      ra[j] = rope::rotate_lo(a[j], b[j], c, s);
+      rb[j] = rope::rotate_hi(a[j], b[j], c, s);
     }
     T* olo = ot + h * dim + i0;
     if constexpr (VEC) {
@@ -82,8 +62,8 @@ __global__ void rope_kernel(const T* x, const I* __restrict__ positions, const F
   }
 }
 
-void rope(const char* op, const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, float sign,
-          Tensor& out) {
+void rotate(const char* op, const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, float sign,
+            Tensor& out) {
   check_cuda(x, op, "x");
   check_cuda_same(x, position_ids, op, "position_ids");
   check_cuda_same(x, out, op, "out");
@@ -91,22 +71,10 @@ void rope(const char* op, const Tensor& x, const Tensor& position_ids, const Ten
   const int64_t tokens = x.size(0), heads = x.size(1), dim = x.size(2);
   BB_CHECK(dim % 2 == 0, op, ": head dimension ", dim, " is odd");
   const int half = int(dim / 2);
-  BB_CHECK(half <= kMaxFrequencies, op, ": head dimension ", dim, " is above the CUDA limit of ",
-           2 * kMaxFrequencies);
+  const rope::Frequencies freq = rope::frequencies(inv_freq, half, x, op);
   check_shape(position_ids, {tokens}, "rope: position_ids");
-  check_shape(inv_freq, {int64_t(half)}, "rope: inv_freq");
   check_shape(out, x.shape(), "rope: out");
   BB_CHECK(out.dtype() == x.dtype(), op, ": out is ", dtype_name(out.dtype()), " but x is ", dtype_name(x.dtype()));
-  check_dtype_in(inv_freq, op, "inv_freq", {DType::F64, DType::F32});
-  Frequencies freq;
-  if (inv_freq.device().is_cpu()) {
-    std::vector<double> v = inv_freq.to_doubles();
-    for (int i = 0; i < half; ++i) freq.host[i] = float(v[size_t(i)]);
-  } else {
-    check_cuda_same(x, inv_freq, op, "inv_freq");
-    freq.device = inv_freq.raw();
-    freq.device_is_double = inv_freq.dtype() == DType::F64;
-  }
   if (tokens == 0 || heads == 0 || half == 0) return;
   BB_CHECK(tokens <= INT32_MAX, op, ": too many tokens (", tokens, ")");
   DeviceGuard guard(x.device().index);
@@ -131,11 +99,11 @@ void rope(const char* op, const Tensor& x, const Tensor& position_ids, const Ten
 }  // namespace
 
 void rope_forward(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out) {
-  rope("rope_forward", x, position_ids, inv_freq, 1.0f, out);
+  rotate("rope_forward", x, position_ids, inv_freq, 1.0f, out);
 }
 
 void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx) {
-  rope("rope_backward", dy, position_ids, inv_freq, -1.0f, dx);
+  rotate("rope_backward", dy, position_ids, inv_freq, -1.0f, dx);
 }
 
 }  // namespace bb::cuda

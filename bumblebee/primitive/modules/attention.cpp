@@ -39,13 +39,9 @@ Tensor SelfAttention::forward(const Tensor& x, const SequenceLayout& seq, Saved&
   const int64_t D = cfg_.head_dim;
   s.x_full = tp_->enter(x);
   const int64_t T = s.x_full.size(0);
-  Tensor q = q_proj_.forward(s.x_full, seq.lora_dropout).view({T, heads_local_, D});
-  Tensor k = k_proj_.forward(s.x_full, seq.lora_dropout).view({T, kv_heads_local_, D});
+  const Tensor q = q_proj_.forward(s.x_full, seq.lora_dropout).view({T, heads_local_, D});
+  const Tensor k = k_proj_.forward(s.x_full, seq.lora_dropout).view({T, kv_heads_local_, D});
   s.v = v_proj_.forward(s.x_full, seq.lora_dropout).view({T, kv_heads_local_, D});
-  if (cfg_.qk_norm) {
-    q = q_norm_->forward(q, s.q_norm);
-    k = k_norm_->forward(k, s.k_norm);
-  }
   rotate_qk(q, k, seq, s);
   core_attention(seq, s);
   Tensor y = o_proj_.forward(s.out.view({T, heads_local_ * D}), seq.lora_dropout);
@@ -54,8 +50,15 @@ Tensor SelfAttention::forward(const Tensor& x, const SequenceLayout& seq, Saved&
   return y;
 }
 
-// The attention's q and k: RoPE of the (normed) projections.
+// The attention's q and k from the projections: with qk_norm each head's
+// norm and RoPE in one op (the norms keep the projections and rstd), else
+// RoPE alone.
 void SelfAttention::rotate_qk(const Tensor& q, const Tensor& k, const SequenceLayout& seq, Saved& s) const {
+  if (cfg_.qk_norm) {
+    s.q = q_norm_->forward_rope(q, seq.position_ids, inv_freq_, s.q_norm);
+    s.k = k_norm_->forward_rope(k, seq.position_ids, inv_freq_, s.k_norm);
+    return;
+  }
   s.q = Tensor::empty(q.shape(), q.dtype(), q.device());
   s.k = Tensor::empty(k.shape(), k.dtype(), k.device());
   ops::rope_forward(q, seq.position_ids, inv_freq_, s.q);
@@ -78,9 +81,9 @@ void SelfAttention::core_attention(const SequenceLayout& seq, Saved& s) {
 Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, Saved& s) {
   const int64_t D = cfg_.head_dim;
   const int64_t T = s.x_full.size(0);
-  if (!s.q.defined()) {   // selective recompute of the q/k norms
-    rotate_qk(q_norm_->recompute(s.q_norm).view({T, heads_local_, D}),
-              k_norm_->recompute(s.k_norm).view({T, kv_heads_local_, D}), seq, s);
+  if (!s.q.defined()) {   // selective recompute of the q/k norms (with their RoPE)
+    s.q = q_norm_->recompute_rope(s.q_norm, seq.position_ids, inv_freq_);
+    s.k = k_norm_->recompute_rope(s.k_norm, seq.position_ids, inv_freq_);
   }
   if (!s.out.defined()) core_attention(seq, s);   // selective recompute of the core attention
   Tensor d_out = o_proj_.backward(dy, s.out.view({T, heads_local_ * D}), seq.lora_dropout).view({T, heads_local_, D});
@@ -94,11 +97,12 @@ Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, Save
   } else {
     ops::attention_backward(d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.max_seqlen, scale, dq, dk, dv);
   }
-  ops::rope_backward(dq, seq.position_ids, inv_freq_, dq);
-  ops::rope_backward(dk, seq.position_ids, inv_freq_, dk);
   if (cfg_.qk_norm) {
-    dq = q_norm_->backward(dq, s.q_norm);
-    dk = k_norm_->backward(dk, s.k_norm);
+    dq = q_norm_->backward_rope(dq, s.q_norm, seq.position_ids, inv_freq_);
+    dk = k_norm_->backward_rope(dk, s.k_norm, seq.position_ids, inv_freq_);
+  } else {
+    ops::rope_backward(dq, seq.position_ids, inv_freq_, dq);
+    ops::rope_backward(dk, seq.position_ids, inv_freq_, dk);
   }
   Tensor dx_full;
   q_proj_.backward(dq.view({T, heads_local_ * D}), s.x_full, dx_full, false, seq.lora_dropout);

@@ -1,6 +1,7 @@
 // SelfAttention block: q/k/v column-parallel projections, optional per-head
-// q/k RMSNorm (Qwen3), rotary embedding, causal GQA attention over packed
-// sequences, and the row-parallel output projection.
+// q/k RMSNorm (Qwen3) and rotary embedding (one op where both apply), causal
+// GQA attention over packed sequences, and the row-parallel output
+// projection.
 //
 // Heads are split over tp ranks: rank r holds query heads [r*Hq/tp, ...) and
 // the kv heads they read, so GQA groups never straddle ranks. With cp > 1 the
@@ -28,7 +29,8 @@ struct AttentionConfig {
   bool recompute_core_attention = false;
   // Selective recompute's `layernorm` module, with qk_norm: keep q and k
   // before their norms (the norms' saved inputs) but not after norm and
-  // RoPE; backward re-runs both to rebuild the attention's q and k.
+  // RoPE; backward re-runs the fused norm and RoPE to rebuild the
+  // attention's q and k.
   bool recompute_qk_norm = false;
 };
 

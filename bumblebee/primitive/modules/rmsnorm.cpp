@@ -32,13 +32,41 @@ Tensor RMSNorm::recompute(const Saved& s) const {
 
 Tensor RMSNorm::backward(const Tensor& dy, const Saved& s) {
   Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype(), dy.device());
-  // The fused kernel always produces the weight gradient; a frozen weight's
-  // goes to a scratch vector of `dim` elements (in the gradient dtype: float32 under bfloat16 weights).
-  const DType grad_dtype = weight_->value.dtype() == DType::BF16 ? DType::F32 : weight_->value.dtype();
-  Tensor dw = weight_->requires_grad() ? grad_to_accumulate(*weight_)
-                                       : Tensor::zeros(weight_->local_shape, grad_dtype, weight_->value.device());
+  Tensor dw = weight_grad();
   ops::rmsnorm_backward(dy.view(s.x.shape()), s.x, weight_->value, s.rstd, dx, dw);
   return dx.view(dy.shape());
+}
+
+Tensor RMSNorm::forward_rope(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Saved& s) const {
+  Tensor y = Tensor::empty(x.shape(), weight_->value.dtype(), x.device());
+  s.x = x;
+  s.rstd = Tensor::empty({x.numel() / weight_->local_shape[0]}, stat_dtype(x.dtype()), x.device());
+  ops::rmsnorm_rope_forward(x, weight_->value, eps_, position_ids, inv_freq, y, s.rstd);
+  return y;
+}
+
+Tensor RMSNorm::recompute_rope(const Saved& s, const Tensor& position_ids, const Tensor& inv_freq) const {
+  BB_CHECK(s.x.defined(), "RMSNorm ", weight_->name, ": recompute without a saved forward");
+  Tensor y = Tensor::empty(s.x.shape(), weight_->value.dtype(), s.x.device());
+  Tensor rstd = Tensor::empty(s.rstd.shape(), s.rstd.dtype(), s.x.device());
+  ops::rmsnorm_rope_forward(s.x, weight_->value, eps_, position_ids, inv_freq, y, rstd);
+  return y;
+}
+
+Tensor RMSNorm::backward_rope(const Tensor& dy, const Saved& s, const Tensor& position_ids, const Tensor& inv_freq) {
+  Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype(), dy.device());
+  Tensor dw = weight_grad();
+  ops::rmsnorm_rope_backward(dy, s.x, weight_->value, s.rstd, position_ids, inv_freq, dx, dw);
+  return dx;
+}
+
+// The fused kernels always produce the weight gradient; a frozen weight's
+// goes to a scratch vector of `dim` elements (in the gradient dtype: float32
+// under bfloat16 weights).
+Tensor RMSNorm::weight_grad() {
+  if (weight_->requires_grad()) return grad_to_accumulate(*weight_);
+  const DType grad_dtype = weight_->value.dtype() == DType::BF16 ? DType::F32 : weight_->value.dtype();
+  return Tensor::zeros(weight_->local_shape, grad_dtype, weight_->value.device());
 }
 
 }  // namespace bb

@@ -26,9 +26,22 @@ class RMSNorm {
   Tensor recompute(const Saved& s) const;
   Tensor backward(const Tensor& dy, const Saved& s);
 
+  // The same three for the norm followed by rotary embedding, as one op
+  // (ops::rmsnorm_rope_forward / _backward): x [T, heads, dim] normalised per
+  // head, then rotated by the angles of position_ids and inv_freq, as
+  // ops::rope_forward does (Qwen3's q/k norms). Saved holds x and rstd, as
+  // forward's does.
+  Tensor forward_rope(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Saved& s) const;
+  Tensor recompute_rope(const Saved& s, const Tensor& position_ids, const Tensor& inv_freq) const;
+  Tensor backward_rope(const Tensor& dy, const Saved& s, const Tensor& position_ids, const Tensor& inv_freq);
+
  private:
   Parameter* weight_;
   double eps_;
+
+  // What the backward ops add the weight gradient to: the gradient, or a
+  // frozen weight's scratch.
+  Tensor weight_grad();
 };
 
 // Statistics dtype for activations of dtype `act` (CPU: same; bf16: float32).
