@@ -10,10 +10,13 @@
 #include <string>
 
 #include "bumblebee/ops/ops.h"
+#include "op_error.h"
 #include "finite_difference.h"
 
 namespace bb {
 namespace {
+
+using test::error_of;
 
 // Two sequences: 3 queries against 5 keys, 4 queries against 2 keys (spans
 // form); the packed self-attention form uses the key offsets for both.
@@ -199,15 +202,6 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, OpsAttentionHeadDimsTest,
                            return "q" + std::to_string(c.heads_q) + "_kv" + std::to_string(c.heads_kv) + "_dqk" +
                                   std::to_string(c.dim_qk) + "_dv" + std::to_string(c.dim_v);
                          });
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(OpsAttentionHeadDims, RejectsMismatchedHeadDims) {
   const DType f = DType::F64;

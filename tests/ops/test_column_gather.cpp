@@ -8,10 +8,13 @@
 
 #include "bumblebee/core/error.h"
 #include "bumblebee/ops/ops.h"
+#include "op_error.h"
 #include "finite_difference.h"
 
 namespace bb {
 namespace {
+
+using test::error_of;
 
 constexpr int64_t kRows = 5, kIn = 7;
 // Repeats (column 2 three times, 6 twice), skips columns 1 and 4, unordered.
@@ -22,16 +25,6 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0.0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
   return s;
-}
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(ColumnGather, GatherEqualsNaiveLoop) {

@@ -9,24 +9,18 @@
 
 #include "bumblebee/core/device_memory.h"
 #include "bumblebee/ops/ops.h"
+#include "op_error.h"
 
 namespace bb {
 namespace {
+
+using test::error_of;
 
 // A tensor that claims to live on CUDA, over host memory that is never read:
 // every use below must fail before any data is touched.
 Tensor fake_cuda_tensor(const Shape& shape, DType dt) {
   auto owner = std::make_shared<std::vector<char>>(size_t(shape_numel(shape)) * dtype_size(dt));
   return Tensor::wrap(owner->data(), shape, dt, Device::cuda(0), owner);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(OpsDispatch, MixedDevicesNameTheTensors) {

@@ -10,10 +10,13 @@
 
 #include "bumblebee/ops/op_profile.h"
 #include "bumblebee/ops/ops.h"
+#include "op_error.h"
 #include "finite_difference.h"
 
 namespace bb {
 namespace {
+
+using test::error_of;
 
 constexpr double kEps = 1e-6;
 
@@ -108,16 +111,6 @@ TEST(OpsRMSNormRoPE, ProfileCountsEachDirectionOnceAsANorm) {
     EXPECT_EQ(op.calls, 1) << op.name;
     EXPECT_EQ(op.group, "norm") << op.name;
   }
-}
-
-// The message of the Error `call` throws (empty when it throws none).
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(OpsRMSNormRoPE, RejectsBadShapesAndDtypesNamingTheTensor) {
