@@ -197,6 +197,16 @@ bool dispatch_lanes(int64_t dim, F&& f) {
 
 bool fused_head_dim(int64_t dim) { return dispatch_lanes(dim, [](auto) {}); }
 
+// f(TX{}, TW{}, I{}, lanes) for x's and w's dtypes, position_ids' index type and
+// the team width of x's head dim: the four template arguments of both kernels.
+template <typename F>
+void dispatch_kernel(const Tensor& x, const Tensor& w, const Tensor& position_ids, const char* op, F&& f) {
+  dispatch_x_w(x.dtype(), w.dtype(), op, [&](auto xtag, auto wtag) {
+    dispatch_index(position_ids.dtype(), op,
+                   [&](auto itag) { dispatch_lanes(x.size(2), [&](auto lanes) { f(xtag, wtag, itag, lanes); }); });
+  });
+}
+
 // The checks both directions share: x [N, heads, D] with D even, w [D],
 // rstd [N * heads] float32, position_ids [N]; x and w dtypes as RMSNorm takes them.
 void check_shapes(const char* op, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& position_ids) {
@@ -238,20 +248,16 @@ void rmsnorm_rope_forward(const Tensor& x, const Tensor& w, double eps, const Te
   BB_CHECK(rows <= INT32_MAX, op, ": too many rows (", rows, ")");
   DeviceGuard guard(x.device().index);
   cudaStream_t stream = current_stream();
-  dispatch_x_w(x.dtype(), w.dtype(), op, [&](auto xtag, auto wtag) {
+  dispatch_kernel(x, w, position_ids, op, [&](auto xtag, auto wtag, auto itag, auto lanes) {
     using TX = decltype(xtag);
     using TW = decltype(wtag);
-    dispatch_index(position_ids.dtype(), op, [&](auto itag) {
-      using I = decltype(itag);
-      dispatch_lanes(dim, [&](auto lanes) {
-        constexpr int L = decltype(lanes)::value, kTeams = kForwardThreads / L;
-        const int64_t blocks = (rows + kTeams - 1) / kTeams;
-        rmsnorm_rope_forward_kernel<TX, TW, I, L><<<unsigned(blocks), kForwardThreads, 0, stream>>>(
-            static_cast<const TX*>(x.raw()), static_cast<const TW*>(w.raw()), float(eps),
-            static_cast<const I*>(position_ids.raw()), freq, uint32_t(rows), uint32_t(heads),
-            static_cast<TW*>(y.raw()), static_cast<float*>(rstd.raw()));
-      });
-    });
+    using I = decltype(itag);
+    constexpr int L = decltype(lanes)::value, kTeams = kForwardThreads / L;
+    const int64_t blocks = (rows + kTeams - 1) / kTeams;
+    rmsnorm_rope_forward_kernel<TX, TW, I, L><<<unsigned(blocks), kForwardThreads, 0, stream>>>(
+        static_cast<const TX*>(x.raw()), static_cast<const TW*>(w.raw()), float(eps),
+        static_cast<const I*>(position_ids.raw()), freq, uint32_t(rows), uint32_t(heads), static_cast<TW*>(y.raw()),
+        static_cast<float*>(rstd.raw()));
   });
   CUDA_CHECK_LAUNCH(op);
 }
@@ -285,22 +291,18 @@ void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, c
   DeviceGuard guard(x.device().index);
   cudaStream_t stream = current_stream();
   Tensor partials;
-  dispatch_x_w(x.dtype(), w.dtype(), op, [&](auto xtag, auto wtag) {
+  dispatch_kernel(x, w, position_ids, op, [&](auto xtag, auto wtag, auto itag, auto lanes) {
     using TX = decltype(xtag);
     using TW = decltype(wtag);
-    dispatch_index(position_ids.dtype(), op, [&](auto itag) {
-      using I = decltype(itag);
-      dispatch_lanes(dim, [&](auto lanes) {
-        constexpr int L = decltype(lanes)::value;
-        auto kernel = rmsnorm_rope_backward_kernel<TX, TW, I, L>;
-        const int blocks = backward_blocks(kernel, rows, kBackwardThreads / L, 0);
-        partials = Tensor::empty({int64_t(blocks), dim}, DType::F32, x.device());
-        kernel<<<blocks, kBackwardThreads, 0, stream>>>(
-            static_cast<const TW*>(dy.raw()), static_cast<const TX*>(x.raw()), static_cast<const TW*>(w.raw()),
-            static_cast<const float*>(rstd.raw()), static_cast<const I*>(position_ids.raw()), freq, uint32_t(rows),
-            uint32_t(heads), static_cast<TX*>(dx.raw()), static_cast<float*>(partials.raw()));
-      });
-    });
+    using I = decltype(itag);
+    constexpr int L = decltype(lanes)::value;
+    auto kernel = rmsnorm_rope_backward_kernel<TX, TW, I, L>;
+    const int blocks = backward_blocks(kernel, rows, kBackwardThreads / L, 0);
+    partials = Tensor::empty({int64_t(blocks), dim}, DType::F32, x.device());
+    kernel<<<blocks, kBackwardThreads, 0, stream>>>(
+        static_cast<const TW*>(dy.raw()), static_cast<const TX*>(x.raw()), static_cast<const TW*>(w.raw()),
+        static_cast<const float*>(rstd.raw()), static_cast<const I*>(position_ids.raw()), freq, uint32_t(rows),
+        uint32_t(heads), static_cast<TX*>(dx.raw()), static_cast<float*>(partials.raw()));
   });
   CUDA_CHECK_LAUNCH(op);
   add_partials(partials, dw, stream, "rmsnorm_rope_backward (dw)");
