@@ -10,8 +10,9 @@
 #             every configuration built at once (GG_CONFIGS picks, default 0 to 8), then each run, a log each
 #   fixtures  bf16 bb-correctness on every HF fixture vs HF's float64 numbers; FIXTURE_ARGS adds keys (e.g.
 #             optimizer.main_grads_dtype=bf16)
-#   bench     bb-bench on the Qwen3-0.6B, Qwen3-1.7B and Qwen3-8B (12 layers) architectures (seq 4096; BENCH_MODELS
-#             picks, NAME:L for the first L layers);
+#   bench     bb-bench on the Qwen3-0.6B, Qwen3-1.7B and Qwen3-8B (12 layers) architectures (seq 4096, 32,768
+#             tokens a step; BENCH_MODELS picks, NAME:L for the first L layers, NAME@B for micro-batches of B
+#             sequences, default 2; the default list runs 0.6B at 4, as torchtitan's peer does);
 #             BENCH_PROFILE=N adds N profiled steps: where a step's device time goes, per op;
 #             BENCH_VARIANTS="base NAME ..." runs each with BENCH_ARGS_NAME's extra keys (also moe_bench; bf16all and
 #             bf16grads are preset)
@@ -260,14 +261,15 @@ PY
       done ;;
     bench)
       # NAME:L cuts configs/NAME to its first L layers (issue 18's Qwen3-8B row: qwen3-8b:12).
-      for entry in ${BENCH_MODELS:-qwen3-0.6b qwen3-1.7b qwen3-8b:12}; do
+      for entry in ${BENCH_MODELS:-qwen3-0.6b@4 qwen3-1.7b qwen3-8b:12}; do
+        mb=2; [ "${entry#*@}" != "$entry" ] && mb=${entry#*@}; entry=${entry%@*}
         m=${entry%%:*}; layers=""; [ "$entry" != "$m" ] && layers=${entry#*:}
         for rc in ${BB_RECOMPUTE:-none}; do
           for v in ${BENCH_VARIANTS:-base}; do
-            n=${m}${layers:+_${layers}l}_${rc}$(variant_suffix $v)
+            n=${m}${layers:+_${layers}l}_mb${mb}_${rc}$(variant_suffix $v)
             timeout 300 $bin/bb-bench hf_path=configs/$m ${layers:+bench.truncate_layers=$layers} backend.device=cuda \
-              bench.seq_len=4096 bench.micro_batch_size=2 \
-              bench.num_microbatches=4 bench.steps=${BENCH_STEPS:-4} bench.warmup=2 backend.recompute=$rc \
+              bench.seq_len=4096 bench.micro_batch_size=$mb \
+              bench.num_microbatches=$((8 / mb)) bench.steps=${BENCH_STEPS:-4} bench.warmup=2 backend.recompute=$rc \
               bench.profile_steps=${BENCH_PROFILE:-0} $(variant_args $v) output_json="$LOGS/bench_$n.json" > "$LOGS/bench_$n.log" 2>&1
             echo "bench $n $(variant_args $v)"
             grep -E "^step" "$LOGS/bench_$n.log" | tail -2; grep -A25 "^profile over" "$LOGS/bench_$n.log"
