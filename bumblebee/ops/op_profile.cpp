@@ -38,6 +38,7 @@ std::string group_of(const std::string& op) {
   if (starts_with(op, "attention")) return "attention";
   if (starts_with(op, "nccl ")) return "communication";
   if (starts_with(op, "rmsnorm")) return "norm";                // also rmsnorm_rope_*: q/k norms with their RoPE
+  if (starts_with(op, "add_rmsnorm")) return "norm";            // the residual add with the norm after it
   if (starts_with(op, "logits_") || starts_with(op, "cross_entropy") || starts_with(op, "entropy")) return "cross entropy";
   if (starts_with(op, "embedding")) return "embedding";
   if (starts_with(op, "adamw_step") || starts_with(op, "sum_squares") || op == "count_zeros" || op == "all_finite" ||

@@ -514,6 +514,67 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
   BB_DISPATCH_CUDA(rmsnorm_backward, dy, x, w, rstd, dx, dw);
 }
 
+// ---- residual add with RMSNorm ---------------------------------------------------------------------
+
+namespace {
+// Whether the bytes of a and b overlap (views of one storage may).
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (!a.shares_storage(b)) return false;
+  const char* pa = static_cast<const char*>(a.raw());
+  const char* pb = static_cast<const char*>(b.raw());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+}  // namespace
+
+void add_rmsnorm_forward(const Tensor& x, const Tensor& branch, const Tensor& w, double eps, Tensor& h, Tensor& y,
+                         Tensor& rstd) {
+  const char* op = "add_rmsnorm_forward";
+  const Device dev =
+      common_device(op, {{x, "x"}, {branch, "branch"}, {w, "w"}, {h, "h"}, {y, "y"}, {rstd, "rstd"}});
+  const int64_t rows = rmsnorm_rows(op, x, w);
+  expect_shape(op, branch, "branch", x.shape());
+  expect_shape(op, h, "h", x.shape());
+  expect_shape(op, y, "y", x.shape());
+  expect_shape(op, rstd, "rstd", {rows});
+  BB_CHECK(eps >= 0.0, op, ": eps is negative (", eps, ")");
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{x, "x"}, {branch, "branch"}, {w, "w"}, {h, "h"}, {y, "y"}, {rstd, "rstd"}});
+    BB_DISPATCH_CPU(add_rmsnorm_forward, x, branch, w, eps, h, y, rstd);
+  }
+  BB_DISPATCH_CUDA(add_rmsnorm_forward, x, branch, w, eps, h, y, rstd);
+}
+
+void add_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                          const Tensor& residual_grad, Tensor& dx, Tensor& dw) {
+  const char* op = "add_rmsnorm_backward";
+  const Device dev = common_device(op, {{dy, "dy"},
+                                        {x, "x"},
+                                        {w, "w"},
+                                        {rstd, "rstd"},
+                                        {residual_grad, "residual_grad"},
+                                        {dx, "dx"},
+                                        {dw, "dw"}});
+  const int64_t rows = rmsnorm_rows(op, x, w);
+  expect_shape(op, dy, "dy", x.shape());
+  expect_shape(op, residual_grad, "residual_grad", x.shape());
+  expect_shape(op, dx, "dx", x.shape());
+  expect_shape(op, rstd, "rstd", {rows});
+  expect_shape(op, dw, "dw", w.shape());
+  BB_CHECK(!overlap(dx, residual_grad), op,
+           ": tensor 'dx' overlaps 'residual_grad', which is added to dx after dx is formed");
+  if (dev.is_cpu()) {
+    expect_cpu_same_float(op, {{x, "x"},
+                               {dy, "dy"},
+                               {w, "w"},
+                               {rstd, "rstd"},
+                               {residual_grad, "residual_grad"},
+                               {dx, "dx"},
+                               {dw, "dw"}});
+    BB_DISPATCH_CPU(add_rmsnorm_backward, dy, x, w, rstd, residual_grad, dx, dw);
+  }
+  BB_DISPATCH_CUDA(add_rmsnorm_backward, dy, x, w, rstd, residual_grad, dx, dw);
+}
+
 // ---- RoPE -------------------------------------------------------------------------------------------
 
 namespace {

@@ -120,6 +120,29 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Te
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                       Tensor& dw);
 
+// ---- residual add with RMSNorm (a pre-norm decoder layer's residual stream) ------
+// add_rmsnorm_forward: h = x + branch, then y and rstd = rmsnorm_forward(h, w)
+// in one op: x, branch, h [R, n] (x the residual stream, branch a block's
+// output), w [n], y [R, n], rstd [R]. h is rounded to its dtype as add
+// rounds it, and y and rstd are the norm of that rounded h: the bits of add
+// followed by rmsnorm_forward. add_rmsnorm_backward: dx = the dx of
+// rmsnorm_backward (rounded to its dtype) + residual_grad, rounded again: the
+// bits of rmsnorm_backward followed by add_(dx, residual_grad); dw
+// accumulated (+=) as rmsnorm_backward accumulates it; dx may not overlap
+// residual_grad (an error). That is the gradient of a norm's input that also flows on
+// along the residual stream. CPU: the two ops in sequence. CUDA: x, h,
+// residual_grad and dx of one dtype, w, branch, y and dy of another, as
+// rmsnorm_forward pairs them (bfloat16 or float32 both, or a float32 residual
+// stream beside bfloat16 weights and block outputs); one kernel each way for
+// rows rmsnorm.cu's team kernels take (n a multiple of 8 from 64 to 2048;
+// forward also 4096 in bfloat16, backward only to 1024 with a float32 x),
+// with y, rstd, h, dx and dw the unfused ops' bits; other rows run the two
+// ops in sequence.
+void add_rmsnorm_forward(const Tensor& x, const Tensor& branch, const Tensor& w, double eps, Tensor& h, Tensor& y,
+                         Tensor& rstd);
+void add_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                          const Tensor& residual_grad, Tensor& dx, Tensor& dw);
+
 // ---- rotary position embedding (rotate-half layout of HF Llama/Qwen) ------------
 // x [N, heads, D], position_ids [N], inv_freq [D/2] (float64 on the host or the
 // device of x). Angle = position * inv_freq[i], applied to pairs (i, i + D/2):

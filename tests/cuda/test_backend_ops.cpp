@@ -492,6 +492,79 @@ void rmsnorm_cases(std::vector<Case>& cases) {
   }
 }
 
+// The residual add with RMSNorm (a decoder layer's residual stream into its
+// next norm) at rmsnorm_cases' shapes and dtype pairs, the branch and dy of
+// w's dtype, h and the residual gradient of x's: rows of 64 to 2048 (4096
+// forward in bfloat16; backward only to 1024 with a float32 x) take the
+// fused kernels, the others the two ops in sequence. Each against the CPU op (the two CPU ops in sequence) and bit
+// for bit against the two CUDA ops it stands for: h, y, rstd, dx and dw (the
+// backward runs on rmsnorm_backward's grid, so dw's sums are its sums).
+void add_rmsnorm_cases(std::vector<Case>& cases) {
+  const std::pair<DType, DType> dtypes[] = {
+      {DType::BF16, DType::BF16}, {DType::F32, DType::BF16}, {DType::F32, DType::F32}};
+  const Device gpu = Device::cuda(0);
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{37, 4096}, {1000, 128}, {5, 100}, {3, 8192}, {300, 64}, {77, 96},
+                         {130, 192}, {65, 256}, {40, 768}, {33, 1536}, {500, 2048}}) {
+    for (auto [x_dt, w_dt] : dtypes) {
+      const std::string shape = fmt("R=%lld n=%lld x=%s w=%s", (long long)rows, (long long)n, short_name(x_dt),
+                                    short_name(w_dt));
+      const double eps = 1e-6;
+      cases.push_back({"add_rmsnorm_forward", shape, [=](Generator& gen) {
+                         Pair x = random_pair(gen, {rows, n}, x_dt, 2.0);
+                         Pair branch = random_pair(gen, {rows, n}, w_dt);
+                         Pair w = random_pair(gen, {n}, w_dt, 0.2, 1.0);
+                         Pair h = output_pair({rows, n}, x_dt), y = output_pair({rows, n}, w_dt);
+                         Pair rstd = output_pair({rows}, DType::F32);
+                         cuda::add_rmsnorm_forward(x.gpu, branch.gpu, w.gpu, eps, h.gpu, y.gpu, rstd.gpu);
+                         // The float32 oracle does not round h to bfloat16: a bf16-sized
+                         // difference in h and in the y and rstd of a bfloat16 stream.
+                         ops::add_rmsnorm_forward(x.cpu, branch.cpu, w.cpu, eps, h.cpu, y.cpu, rstd.cpu);
+                         Tensor h2 = Tensor::empty({rows, n}, x_dt, gpu), y2 = Tensor::empty({rows, n}, w_dt, gpu);
+                         Tensor rstd2 = Tensor::empty({rows}, DType::F32, gpu);
+                         cuda::add(x.gpu, branch.gpu, h2);
+                         cuda::rmsnorm_forward(h2, w.gpu, eps, y2, rstd2);
+                         return std::vector<Check>{
+                             compare("h", h, bound_for(x_dt)), compare("y", y, bound_for(w_dt)),
+                             compare("rstd", rstd, bound_for(x_dt)),
+                             compare("h = unfused", {h.gpu, h2.to(Device::cpu())}, 0.0),
+                             compare("y = unfused", {y.gpu, y2.to(Device::cpu())}, 0.0),
+                             compare("rstd = unfused", {rstd.gpu, rstd2.to(Device::cpu())}, 0.0)};
+                       }});
+      for (DType dw_dt : {DType::F32, DType::BF16}) {
+        if (dw_dt == DType::BF16 && w_dt != DType::BF16) continue;
+        cases.push_back({"add_rmsnorm_backward", shape + fmt(" dw=%s", short_name(dw_dt)), [=](Generator& gen) {
+                           Pair x = random_pair(gen, {rows, n}, x_dt);
+                           Pair w = random_pair(gen, {n}, w_dt, 0.2, 1.0);
+                           Pair dy = random_pair(gen, {rows, n}, w_dt);
+                           Pair residual_grad = random_pair(gen, {rows, n}, x_dt);
+                           // rstd from the CPU forward, the same values on both sides.
+                           Tensor y_cpu = Tensor::empty({rows, n}, DType::F32),
+                                  rstd_cpu = Tensor::empty({rows}, DType::F32);
+                           ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
+                           Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
+                           Pair dx = output_pair({rows, n}, x_dt);
+                           Pair dw = random_pair(gen, {n}, dw_dt);
+                           Tensor dw2 = Tensor::empty({n}, dw_dt, gpu), dx2 = Tensor::empty({rows, n}, x_dt, gpu);
+                           dw2.copy_from(dw.gpu);
+                           cuda::add_rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, residual_grad.gpu, dx.gpu,
+                                                      dw.gpu);
+                           ops::add_rmsnorm_backward(dy.cpu, x.cpu, w.cpu, rstd.cpu, residual_grad.cpu, dx.cpu,
+                                                     dw.cpu);
+                           cuda::rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, dx2, dw2);
+                           cuda::add_(dx2, residual_grad.gpu);
+                           // As in rmsnorm_backward's cases: dw's xhat is rounded to x's
+                           // dtype on CUDA only.
+                           return std::vector<Check>{
+                               compare("dx", dx, bound_for(x_dt)),
+                               compare("dw", dw, bound_for(dw_dt == DType::BF16 ? dw_dt : x_dt)),
+                               compare("dx = unfused", {dx.gpu, dx2.to(Device::cpu())}, 0.0),
+                               compare("dw = unfused", {dw.gpu, dw2.to(Device::cpu())}, 0.0)};
+                         }});
+      }
+    }
+  }
+}
+
 // Dtype combinations the CUDA ops refuse: each must throw bb::Error whose
 // message starts with the op and names the dtypes it got (`named`).
 void dtype_rejection_cases(std::vector<Case>& cases) {
@@ -532,6 +605,17 @@ void dtype_rejection_cases(std::vector<Case>& cases) {
          Tensor dx = t(row, DType::BF16), dw = t(col, DType::F32);
          cuda::rmsnorm_backward(t(row, DType::BF16), t(row, DType::F32), t(col, DType::BF16), t({4}, DType::F32),
                                 dx, dw);
+       }},
+      {"add_rmsnorm_forward", "x=f32 branch=f32 w=bf16", "branch float32, w bfloat16",
+       [=] {
+         Tensor h = t(row, DType::F32), y = t(row, DType::BF16), rstd = t({4}, DType::F32);
+         cuda::add_rmsnorm_forward(t(row, DType::F32), t(row, DType::F32), t(col, DType::BF16), 1e-6, h, y, rstd);
+       }},
+      {"add_rmsnorm_backward", "x=f32 w=bf16 residual_grad=bf16", "residual_grad bfloat16",
+       [=] {
+         Tensor dx = t(row, DType::F32), dw = t(col, DType::F32);
+         cuda::add_rmsnorm_backward(t(row, DType::BF16), t(row, DType::F32), t(col, DType::BF16), t({4}, DType::F32),
+                                    t(row, DType::BF16), dx, dw);
        }},
       {"rmsnorm_rope_forward", "x=bf16 w=f32 y=f32", "x bfloat16, w float32",
        [=] {
@@ -1513,6 +1597,7 @@ std::vector<Case> all_cases() {
   reduce_cases(cases);
   embedding_cases(cases);
   rmsnorm_cases(cases);
+  add_rmsnorm_cases(cases);
   dtype_rejection_cases(cases);
   rope_cases(cases);
   rmsnorm_rope_cases(cases);

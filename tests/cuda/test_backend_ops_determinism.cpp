@@ -4,6 +4,10 @@
 //
 //   rmsnorm_backward    always fixed-order (many rows, many blocks; the team
 //                       kernels at n <= 2048, the general ones above and at 100)
+//   add_rmsnorm_backward
+//                       always fixed-order (the residual gradient on top of
+//                       rmsnorm_backward's team kernels at Qwen3-1.7B's and
+//                       0.6B's rows; the two ops with a float32 x at 2048)
 //   rmsnorm_rope_backward
 //                       always fixed-order (q/k norm with RoPE: dw over many
 //                       blocks; head dims 64, 128, 256)
@@ -13,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bumblebee/core/error.h"
@@ -76,6 +81,37 @@ void rmsnorm_cases(std::vector<Case>& cases) {
            cuda::rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, dx2, dw2);
            ops::rmsnorm_backward(dy.cpu, x.cpu, w.cpu, rstd.cpu, dx.cpu, dw.cpu);
            return std::vector<Check>{compare("dx", dx, kBf16Bound), compare("dw", dw, kBf16Bound),
+                                     bitwise("dx", dx.gpu, dx2), bitwise("dw", dw.gpu, dw2)};
+         }});
+  }
+}
+
+// The decoder norms of Qwen3-1.7B (2048) and Qwen3-0.6B (1024) over a
+// micro-batch of 8192 tokens, with the residual gradient; bfloat16 and the
+// float32 residual stream.
+void add_rmsnorm_cases(std::vector<Case>& cases) {
+  for (auto [rows, n, x_dt] : {std::tuple<int64_t, int64_t, DType>{8192, 2048, DType::BF16},
+                               {8192, 2048, DType::F32}, {8192, 1024, DType::BF16}}) {
+    const std::string shape =
+        fmt("R=%lld n=%lld x=%s w=bf16", (long long)rows, (long long)n, x_dt == DType::BF16 ? "bf16" : "f32");
+    const double bound = x_dt == DType::BF16 ? kBf16Bound : kF32Bound;
+    cases.push_back(
+        {"add_rmsnorm_backward[deterministic]", shape, [=](Generator& gen) {
+           const double eps = 1e-6;
+           Pair x = random_pair(gen, {rows, n}, x_dt);
+           Pair w = random_pair(gen, {n}, DType::BF16, 0.2, 1.0);
+           Pair dy = random_pair(gen, {rows, n}, DType::BF16);
+           Pair residual_grad = random_pair(gen, {rows, n}, x_dt);
+           Tensor y_cpu = Tensor::empty({rows, n}, DType::F32), rstd_cpu = Tensor::empty({rows}, DType::F32);
+           ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
+           Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
+           Pair dx = output_pair({rows, n}, x_dt);
+           Pair dw = random_pair(gen, {n}, DType::F32);
+           Tensor dx2 = gpu_copy(dx.gpu), dw2 = gpu_copy(dw.gpu);
+           cuda::add_rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, residual_grad.gpu, dx.gpu, dw.gpu);
+           cuda::add_rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, residual_grad.gpu, dx2, dw2);
+           ops::add_rmsnorm_backward(dy.cpu, x.cpu, w.cpu, rstd.cpu, residual_grad.cpu, dx.cpu, dw.cpu);
+           return std::vector<Check>{compare("dx", dx, bound), compare("dw", dw, kBf16Bound),
                                      bitwise("dx", dx.gpu, dx2), bitwise("dw", dw.gpu, dw2)};
          }});
   }
@@ -206,6 +242,7 @@ void add_flash_refusal_case(std::vector<Case>& cases) {
 
 void determinism_cases(std::vector<Case>& cases) {
   rmsnorm_cases(cases);
+  add_rmsnorm_cases(cases);
   rmsnorm_rope_cases(cases);
   embedding_cases(cases);
   if (cuda::cudnn_attention_built())

@@ -266,7 +266,12 @@ void perf_cudnn_graphs(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_
 // Bytes: x and y (forward); dy, x and dx (backward). Then those q and k
 // norms with their RoPE: the fused op against rmsnorm then rope (forward)
 // and rope then rmsnorm (backward), both rated by the bytes the fused op
-// moves, so the rates compare as the times do.
+// moves, so the rates compare as the times do. Then the residual add with the
+// norm of Qwen3-1.7B's decoder layers (8192 x 2048, bfloat16 and the float32
+// residual stream) against add then rmsnorm (forward) and rmsnorm then add_
+// (backward), rated likewise: x, branch, h and y (forward); dy, x, the
+// residual gradient and dx (backward). With a float32 x the backward's rows
+// of 2048 are past the team kernels and run the two ops.
 void perf_rmsnorm() {
   const std::pair<int64_t, int64_t> shapes[] = {{16384, 4096}, {8192, 2048}, {8192 * 32, 128}, {8192 * 4, 128}};
   for (auto [rows, n] : shapes) {
@@ -280,6 +285,35 @@ void perf_rmsnorm() {
                  2.0 * act);
     report_bytes("rmsnorm_backward " + shape, median_ms([&] { cuda::rmsnorm_backward(dy, x, w, rstd, dx, dw); }),
                  3.0 * act);
+  }
+  for (DType x_dt : {DType::BF16, DType::F32}) {
+    const int64_t rows = 8192, n = 2048;
+    const Shape shape{rows, n};
+    Tensor x = random_gpu(shape, x_dt, 21), branch = random_gpu(shape, DType::BF16, 22);
+    Tensor w = random_gpu({n}, DType::BF16, 23), dy = random_gpu(shape, DType::BF16, 24);
+    Tensor residual_grad = random_gpu(shape, x_dt, 25);
+    Tensor h = Tensor::empty(shape, x_dt, kGpu), y = Tensor::empty(shape, DType::BF16, kGpu);
+    Tensor dx = Tensor::empty(shape, x_dt, kGpu), rstd = Tensor::empty({rows}, DType::F32, kGpu);
+    Tensor dw = Tensor::zeros({n}, DType::F32, kGpu);
+    const double elems = double(rows) * double(n), x_bytes = double(dtype_size(x_dt)), w_bytes = 2.0;
+    const std::string label = fmt("%lld x %lld x=%s w=bf16", (long long)rows, (long long)n,
+                                  x_dt == DType::BF16 ? "bf16" : "f32");
+    report_bytes("add_rmsnorm_forward " + label,
+                 median_ms([&] { cuda::add_rmsnorm_forward(x, branch, w, 1e-6, h, y, rstd); }),
+                 elems * (2.0 * x_bytes + 2.0 * w_bytes));
+    report_bytes("  unfused: add, rmsnorm_forward", median_ms([&] {
+                   cuda::add(x, branch, h);
+                   cuda::rmsnorm_forward(h, w, 1e-6, y, rstd);
+                 }),
+                 elems * (2.0 * x_bytes + 2.0 * w_bytes));
+    report_bytes("add_rmsnorm_backward " + label,
+                 median_ms([&] { cuda::add_rmsnorm_backward(dy, x, w, rstd, residual_grad, dx, dw); }),
+                 elems * (3.0 * x_bytes + w_bytes));
+    report_bytes("  unfused: rmsnorm_backward, add_", median_ms([&] {
+                   cuda::rmsnorm_backward(dy, x, w, rstd, dx, dw);
+                   cuda::add_(dx, residual_grad);
+                 }),
+                 elems * (3.0 * x_bytes + w_bytes));
   }
   for (int64_t heads : {32, 4}) {
     const int64_t tokens = 8192, dim = 128;

@@ -70,6 +70,14 @@ void embedding_backward(const Tensor& grad_out, const Tensor& ids, int64_t vocab
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                       Tensor& dw);
+// Also rmsnorm.cu: the residual add with RMSNorm. x, h, residual_grad and dx
+// in x's dtype, branch, y and dy in w's, the x / w pairs rmsnorm_forward
+// takes; rows of the team kernels run one kernel each way, others the two
+// ops in sequence.
+void add_rmsnorm_forward(const Tensor& x, const Tensor& branch, const Tensor& w, double eps, Tensor& h, Tensor& y,
+                         Tensor& rstd);
+void add_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                          const Tensor& residual_grad, Tensor& dx, Tensor& dw);
 
 // rope.cu. x/out bfloat16 or float32; inv_freq float64 or float32, on the host
 // (passed by value to the kernel, at most 512 frequencies) or on the device.

@@ -1,4 +1,5 @@
-// Fused RMSNorm over the last dimension, forward and backward, fp32 math.
+// Fused RMSNorm over the last dimension, forward and backward, fp32 math;
+// and the residual add with the norm after it (add_rmsnorm_forward / _backward).
 //
 // Rows of up to 2048 elements (a decoder's hidden size, and the q/k norms
 // over head_dim 64-256 with 32x as many rows) take the team kernels: a team
@@ -24,6 +25,16 @@
 // dy's), so a float32 residual stream (Megatron's fp32_residual_connection)
 // can be normalised into bfloat16 activations. A lane's 8-column group is one
 // 16-byte access in bfloat16 and two in float32 (load8/store8).
+//
+// The residual add (a pre-norm layer's h = x + branch, then the norm of h)
+// runs in the team forward: the lane adds the branch onto its packs of x,
+// rounds them to x's dtype, writes them as h and normalises them, so h is
+// never read back. Its backward is the team backward with the residual
+// gradient added where dx is written (dx rounded first, as rmsnorm_backward
+// rounds it, then the sum as add_ rounds it), launched on rmsnorm_backward's
+// grid so dw's sums are its sums. Both take rmsnorm_forward's / _backward's
+// team shape for the row, so every output is the two unfused ops' bits; rows
+// the team kernels do not take run the two ops.
 //
 // The team kernels' row math, the per-block dw partials and their fixed-order
 // sum live in rmsnorm_common.cuh, shared with the fused RMSNorm + RoPE kernels
@@ -73,16 +84,11 @@ __device__ __forceinline__ void store_cols(T* p, const float (&v)[8]) {
 template <typename TX, typename TW>
 constexpr int kMaxGroups = sizeof(TX) + sizeof(TW) == 4 ? 8 : 4;
 
+// y and rstd of the team's row `row`, held in xv.
 template <typename TX, typename TW, int T, int G>
-__global__ void __launch_bounds__(kThreads) rmsnorm_forward_team_kernel(const TX* __restrict__ x,
-                                                                      const TW* __restrict__ w, float eps,
-                                                                      int64_t rows, int64_t n, TW* __restrict__ y,
-                                                                      float* __restrict__ rstd) {
-  const int lane = threadIdx.x & (T - 1);
-  const int64_t row = int64_t(blockIdx.x) * (kThreads / T) + threadIdx.x / T;
-  if (row >= rows) return;  // the whole team leaves; its shuffles name only its own lanes
-  RowGroups<TX, G> xv;
-  xv.template load<T>(x + row * n, n, lane);
+__device__ __forceinline__ void normalise_row(const RowGroups<TX, G>& xv, const TW* __restrict__ w, float eps,
+                                              int64_t row, int64_t n, int lane, TW* __restrict__ y,
+                                              float* __restrict__ rstd) {
   const float r = row_rstd<T, G>(xv, n, lane, team_mask<T>(), eps);
   if (lane == 0) rstd[row] = r;
   for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
@@ -94,15 +100,57 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_team_kernel(const TX
   });
 }
 
+template <typename TX, typename TW, int T, int G>
+__global__ void __launch_bounds__(kThreads) rmsnorm_forward_team_kernel(const TX* __restrict__ x,
+                                                                      const TW* __restrict__ w, float eps,
+                                                                      int64_t rows, int64_t n, TW* __restrict__ y,
+                                                                      float* __restrict__ rstd) {
+  const int lane = threadIdx.x & (T - 1);
+  const int64_t row = int64_t(blockIdx.x) * (kThreads / T) + threadIdx.x / T;
+  if (row >= rows) return;  // the whole team leaves; its shuffles name only its own lanes
+  RowGroups<TX, G> xv;
+  xv.template load<T>(x + row * n, n, lane);
+  normalise_row<TX, TW, T, G>(xv, w, eps, row, n, lane, y, rstd);
+}
+
+// h = x + branch (rounded to x's dtype, as add rounds it), then the norm of
+// that h: the lane adds the branch onto its packs of x in registers, writes
+// them out as h and normalises them, as rmsnorm_forward_team_kernel does the
+// row it reads back.
+template <typename TX, typename TW, int T, int G>
+__global__ void __launch_bounds__(kThreads)
+    add_rmsnorm_forward_team_kernel(const TX* __restrict__ x, const TW* __restrict__ branch, const TW* __restrict__ w,
+                                    float eps, int64_t rows, int64_t n, TX* __restrict__ h, TW* __restrict__ y,
+                                    float* __restrict__ rstd) {
+  constexpr int N = Pack16<TX>::N;
+  const int lane = threadIdx.x & (T - 1);
+  const int64_t row = int64_t(blockIdx.x) * (kThreads / T) + threadIdx.x / T;
+  if (row >= rows) return;
+  RowGroups<TX, G> hv;
+  hv.template load<T>(x + row * n, n, lane);
+  for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
+    float bv[8];
+    load8(branch + row * n + c, bv);
+#pragma unroll
+    for (int k = 0; k < RowGroups<TX, G>::kPacks; ++k) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) hv.p[g][k].v[j] = from_float<TX>(__fadd_rn(hv.at(g, k * N + j), bv[k * N + j]));
+      store_pack(h + row * n + c + k * N, hv.p[g][k]);
+    }
+  });
+  normalise_row<TX, TW, T, G>(hv, w, eps, row, n, lane, y, rstd);
+}
+
 // The general backward's formulas (backward_row) with the row and the lane's
 // dw partial in registers. Team t of block b takes rows b * teams + t, then
 // every (gridDim.x * teams)-th row after it; at the end the block's teams add
 // their partials into block_dw [n] one team at a time, in team order.
-template <typename TX, typename TW, int T, int G>
+// With kResidual (add_rmsnorm_backward) dx takes residual_grad on top.
+template <typename TX, typename TW, int T, int G, bool kResidual>
 __global__ void __launch_bounds__(kBackwardThreads)
     rmsnorm_backward_team_kernel(const TW* __restrict__ dy, const TX* __restrict__ x, const TW* __restrict__ w,
-                                 const float* __restrict__ rstd, int64_t rows, int64_t n, TX* __restrict__ dx,
-                                 float* __restrict__ dw_partials) {
+                                 const float* __restrict__ rstd, const TX* __restrict__ residual_grad, int64_t rows,
+                                 int64_t n, TX* __restrict__ dx, float* __restrict__ dw_partials) {
   extern __shared__ float block_dw[];  // [n]
   constexpr int kTeams = kBackwardThreads / T;
   const int lane = threadIdx.x & (T - 1), team = threadIdx.x / T;
@@ -117,8 +165,9 @@ __global__ void __launch_bounds__(kBackwardThreads)
     RowGroups<TW, G> gv;
     xv.template load<T>(x + row * n, n, lane);
     gv.template load<T>(dy + row * n, n, lane);
-    backward_row<TX, TW, T, G>(
-        xv, [&](int g, int i) { return gv.at(g, i); }, w, rstd[row], n, lane, mask, acc, dx + row * n);
+    backward_row<TX, TW, T, G, kResidual>(
+        xv, [&](int g, int i) { return gv.at(g, i); }, w, rstd[row], n, lane, mask, acc, dx + row * n,
+        kResidual ? residual_grad + row * n : nullptr);
   }
   block_partial<T, G, kTeams>(acc, n, lane, team, block_dw, dw_partials + int64_t(blockIdx.x) * n);
 }
@@ -357,11 +406,11 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
       // rows, so each block's dw partial covers many rows.
       dispatch_team<kMaxGroups<TX, TW>>(team, [&](auto t, auto g) {
         constexpr int T = decltype(t)::value, G = decltype(g)::value;
-        auto kernel = rmsnorm_backward_team_kernel<TX, TW, T, G>;
+        auto kernel = rmsnorm_backward_team_kernel<TX, TW, T, G, false>;
         const size_t smem = size_t(n) * sizeof(float);
         const int blocks = backward_blocks(kernel, rows, kBackwardThreads / T, smem);
         partials = Tensor::empty({int64_t(blocks), n}, DType::F32, x.device());
-        kernel<<<blocks, kBackwardThreads, smem, stream>>>(pdy, px, pw, pr, rows, n, pdx,
+        kernel<<<blocks, kBackwardThreads, smem, stream>>>(pdy, px, pw, pr, nullptr, rows, n, pdx,
                                                            static_cast<float*>(partials.raw()));
       });
       return;
@@ -389,6 +438,129 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
   });
   CUDA_CHECK_LAUNCH(op);
   add_partials(partials, dw, stream, "rmsnorm_backward (dw)");
+}
+
+// ---- residual add with RMSNorm ----
+
+void add_rmsnorm_forward(const Tensor& x, const Tensor& branch, const Tensor& w, double eps, Tensor& h, Tensor& y,
+                         Tensor& rstd) {
+  const char* op = "add_rmsnorm_forward";
+  check_cuda(x, op, "x");
+  check_cuda_same(x, branch, op, "branch");
+  check_cuda_same(x, w, op, "w");
+  check_cuda_same(x, h, op, "h");
+  check_cuda_same(x, y, op, "y");
+  check_cuda_same(x, rstd, op, "rstd");
+  BB_CHECK(x.dim() >= 1, op, ": x must have a last dimension");
+  const int64_t n = x.size(-1), rows = row_count(x, n);
+  check_shape(w, {n}, "add_rmsnorm_forward: w");
+  check_shape(branch, x.shape(), "add_rmsnorm_forward: branch");
+  check_shape(h, x.shape(), "add_rmsnorm_forward: h");
+  check_shape(y, x.shape(), "add_rmsnorm_forward: y");
+  BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
+  check_dtype(rstd, DType::F32, "add_rmsnorm_forward: rstd");
+  check_x_w_dtypes(x.dtype(), w.dtype(), op);
+  // The residual stream (x, h) keeps its dtype; a block's output (branch)
+  // and the norm's (y) are activations of the weight's.
+  BB_CHECK(h.dtype() == x.dtype() && branch.dtype() == w.dtype() && y.dtype() == w.dtype(), op,
+           ": h takes x's dtype, branch and y w's, got x ", dtype_name(x.dtype()), ", branch ",
+           dtype_name(branch.dtype()), ", w ", dtype_name(w.dtype()), ", h ", dtype_name(h.dtype()), ", y ",
+           dtype_name(y.dtype()));
+  if (rows == 0) return;
+  DeviceGuard guard(x.device().index);
+  cudaStream_t stream = current_stream();
+  bool fused = false;
+  dispatch_x_w(x.dtype(), w.dtype(), op, [&](auto xtag, auto wtag) {
+    using TX = decltype(xtag);
+    using TW = decltype(wtag);
+    const TX* px = static_cast<const TX*>(x.raw());
+    const TW* pb = static_cast<const TW*>(branch.raw());
+    const TW* pw = static_cast<const TW*>(w.raw());
+    TX* ph = static_cast<TX*>(h.raw());
+    TW* py = static_cast<TW*>(y.raw());
+    const bool vec = n % 8 == 0 && aligned16(px) && aligned16(pb) && aligned16(pw) && aligned16(ph) && aligned16(py);
+    // rmsnorm_forward's team shape for these rows, so rstd and y are its bits.
+    const TeamShape team = vec ? team_shape(n, kForwardMaxGroups<TX>) : TeamShape{};
+    if (team.lanes == 0) return;
+    dispatch_team<kForwardMaxGroups<TX>>(team, [&](auto t, auto g) {
+      constexpr int T = decltype(t)::value, G = decltype(g)::value;
+      const int64_t team_blocks = (rows + kThreads / T - 1) / (kThreads / T);
+      BB_CHECK(team_blocks <= INT32_MAX, op, ": too many rows (", rows, ")");
+      add_rmsnorm_forward_team_kernel<TX, TW, T, G><<<unsigned(team_blocks), kThreads, 0, stream>>>(
+          px, pb, pw, float(eps), rows, n, ph, py, static_cast<float*>(rstd.raw()));
+    });
+    fused = true;
+  });
+  if (!fused) {
+    // Rows the team kernels do not take: the two ops, which these are.
+    add(x, branch, h);
+    rmsnorm_forward(h, w, eps, y, rstd);
+    return;
+  }
+  CUDA_CHECK_LAUNCH(op);
+}
+
+void add_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                          const Tensor& residual_grad, Tensor& dx, Tensor& dw) {
+  const char* op = "add_rmsnorm_backward";
+  check_cuda(x, op, "x");
+  check_cuda_same(x, dy, op, "dy");
+  check_cuda_same(x, w, op, "w");
+  check_cuda_same(x, rstd, op, "rstd");
+  check_cuda_same(x, residual_grad, op, "residual_grad");
+  check_cuda_same(x, dx, op, "dx");
+  check_cuda_same(x, dw, op, "dw");
+  BB_CHECK(x.dim() >= 1, op, ": x must have a last dimension");
+  const int64_t n = x.size(-1), rows = row_count(x, n);
+  check_shape(w, {n}, "add_rmsnorm_backward: w");
+  check_shape(dy, x.shape(), "add_rmsnorm_backward: dy");
+  check_shape(residual_grad, x.shape(), "add_rmsnorm_backward: residual_grad");
+  check_shape(dx, x.shape(), "add_rmsnorm_backward: dx");
+  check_shape(dw, {n}, "add_rmsnorm_backward: dw");
+  BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
+  check_dtype(rstd, DType::F32, "add_rmsnorm_backward: rstd");
+  check_dtype_in(dw, op, "dw", {DType::F32, DType::BF16});
+  check_x_w_dtypes(x.dtype(), w.dtype(), op);
+  BB_CHECK(dx.dtype() == x.dtype() && residual_grad.dtype() == x.dtype() && dy.dtype() == w.dtype(), op,
+           ": dx and residual_grad take x's dtype and dy w's, got dy ", dtype_name(dy.dtype()), ", x ",
+           dtype_name(x.dtype()), ", w ", dtype_name(w.dtype()), ", residual_grad ", dtype_name(residual_grad.dtype()),
+           ", dx ", dtype_name(dx.dtype()));
+  if (rows == 0) return;
+  DeviceGuard guard(x.device().index);
+  cudaStream_t stream = current_stream();
+  Tensor partials;
+  dispatch_x_w(x.dtype(), w.dtype(), op, [&](auto xtag, auto wtag) {
+    using TX = decltype(xtag);
+    using TW = decltype(wtag);
+    const TW* pdy = static_cast<const TW*>(dy.raw());
+    const TX* px = static_cast<const TX*>(x.raw());
+    const TW* pw = static_cast<const TW*>(w.raw());
+    const TX* pres = static_cast<const TX*>(residual_grad.raw());
+    TX* pdx = static_cast<TX*>(dx.raw());
+    const bool vec =
+        n % 8 == 0 && aligned16(pdy) && aligned16(px) && aligned16(pw) && aligned16(pres) && aligned16(pdx);
+    const TeamShape team = vec ? team_shape(n, kMaxGroups<TX, TW>) : TeamShape{};
+    if (team.lanes == 0) return;
+    dispatch_team<kMaxGroups<TX, TW>>(team, [&](auto t, auto g) {
+      constexpr int T = decltype(t)::value, G = decltype(g)::value;
+      const size_t smem = size_t(n) * sizeof(float);
+      // rmsnorm_backward's grid, so that each block sums the rows it sums
+      // there and dw is its bits too.
+      const int blocks =
+          backward_blocks(rmsnorm_backward_team_kernel<TX, TW, T, G, false>, rows, kBackwardThreads / T, smem);
+      partials = Tensor::empty({int64_t(blocks), n}, DType::F32, x.device());
+      rmsnorm_backward_team_kernel<TX, TW, T, G, true><<<blocks, kBackwardThreads, smem, stream>>>(
+          pdy, px, pw, static_cast<const float*>(rstd.raw()), pres, rows, n, pdx, static_cast<float*>(partials.raw()));
+    });
+  });
+  if (!partials.defined()) {
+    // Rows the team kernels do not take: the two ops, which these are.
+    rmsnorm_backward(dy, x, w, rstd, dx, dw);
+    add_(dx, residual_grad, 1.0);
+    return;
+  }
+  CUDA_CHECK_LAUNCH(op);
+  add_partials(partials, dw, stream, "add_rmsnorm_backward (dw)");
 }
 
 }  // namespace bb::cuda

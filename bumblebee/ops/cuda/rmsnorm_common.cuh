@@ -1,7 +1,7 @@
-// The pieces of the RMSNorm team kernels that rmsnorm.cu and the fused
-// RMSNorm + RoPE kernels (rmsnorm_rope.cu) share, so that a fused kernel
-// normalises a row with the same code, and so to the same bits, as
-// rmsnorm.cu's team kernel of that row length.
+// The pieces of the RMSNorm team kernels that rmsnorm.cu (also its residual
+// add kernels) and the fused RMSNorm + RoPE kernels (rmsnorm_rope.cu) share,
+// so that a fused kernel normalises a row with the same code, and so to the
+// same bits, as rmsnorm.cu's team kernel of that row length.
 //
 // A team of T lanes (8, 16 or 32) owns one row of n elements at a time, and
 // lane l holds the row's 8-column groups l, l + T, ..., l + (G - 1) T in
@@ -95,11 +95,16 @@ __device__ __forceinline__ float normalise(float x, float r, float w) {
 // The backward of the team's row: dx = rstd * (g - xhat * mean(g * xhat))
 // with g = dy * w and xhat = x * rstd, written to dx_row; the lane's share
 // of dy * xhat (xhat rounded to x's dtype as in the forward) is added to
-// acc. dy(g, i) is dy at column i of the lane's group g.
-template <typename TX, typename TW, int T, int G, typename Dy>
+// acc. dy(g, i) is dy at column i of the lane's group g. With kResidual and
+// a residual gradient row (add_rmsnorm_backward), dx is rounded to x's dtype, the
+// residual gradient added and the sum rounded again: rmsnorm_backward's
+// rounding, then add_'s. It is read where it is added, so that it takes no
+// registers across the row (the bfloat16 rows of 2048 fill them).
+template <typename TX, typename TW, int T, int G, bool kResidual = false, typename Dy>
 __device__ __forceinline__ void backward_row(const RowGroups<TX, G>& xv, Dy dy, const TW* __restrict__ w, float r,
                                              int64_t n, int lane, unsigned mask, float (&acc)[G][8],
-                                             TX* __restrict__ dx_row) {
+                                             TX* __restrict__ dx_row,
+                                             const TX* __restrict__ residual_row = nullptr) {
   float dot = 0.f;  // sum of g * w * xhat over the row
   for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
     float wv[8];
@@ -120,6 +125,12 @@ __device__ __forceinline__ void backward_row(const RowGroups<TX, G>& xv, Dy dy, 
     for (int i = 0; i < 8; ++i) {
       const float xhat = __fmul_rn(xv.at(g, i), r);
       out[i] = __fmul_rn(r, __fmaf_rn(dy(g, i), wv[i], -__fmul_rn(xhat, mean_dot)));
+    }
+    if constexpr (kResidual) {
+      float rv[8];
+      load8(residual_row + c, rv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = __fadd_rn(to_float(from_float<TX>(out[i])), rv[i]);
     }
     store8(dx_row + c, out);
   });

@@ -1,5 +1,7 @@
 // Pre-norm transformer decoder layer (Llama / Qwen3 / Qwen3-MoE):
 //   h = x + attn(norm1(x));  out = h + ffn(norm2(h))
+// The add into h runs in norm2's op (RMSNorm::forward_add), and each norm's
+// backward adds the residual gradient that flows past it in its own op.
 // The attention slot is any Block too (SelfAttention through
 // `self_attention`, or multi-head latent attention), and so is the
 // feed-forward slot `ffn`: a dense SwiGLU MLP, or a mixture of experts. Recompute of the whole layer is the

@@ -37,6 +37,24 @@ Tensor RMSNorm::backward(const Tensor& dy, const Saved& s) {
   return dx.view(dy.shape());
 }
 
+Tensor RMSNorm::forward_add(const Tensor& x, const Tensor& branch, Tensor& h, Saved& s) const {
+  const int64_t dim = weight_->local_shape[0];
+  Tensor h2 = h.view({-1, dim});
+  Tensor y = Tensor::empty(h2.shape(), weight_->value.dtype(), x.device());
+  s.x = h2;
+  s.rstd = Tensor::empty({h2.size(0)}, stat_dtype(x.dtype()), x.device());
+  ops::add_rmsnorm_forward(x.view(h2.shape()), branch.view(h2.shape()), weight_->value, eps_, h2, y, s.rstd);
+  return y.view(x.shape());
+}
+
+Tensor RMSNorm::backward(const Tensor& dy, const Saved& s, const Tensor& residual_grad) {
+  Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype(), dy.device());
+  Tensor dw = weight_grad();
+  ops::add_rmsnorm_backward(dy.view(s.x.shape()), s.x, weight_->value, s.rstd, residual_grad.view(s.x.shape()), dx,
+                            dw);
+  return dx.view(dy.shape());
+}
+
 Tensor RMSNorm::forward_rope(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Saved& s) const {
   Tensor y = Tensor::empty(x.shape(), weight_->value.dtype(), x.device());
   s.x = x;

@@ -26,6 +26,16 @@ class RMSNorm {
   Tensor recompute(const Saved& s) const;
   Tensor backward(const Tensor& dy, const Saved& s);
 
+  // The residual add before the norm and the residual gradient after its
+  // backward, each in the norm's op (ops::add_rmsnorm_forward / _backward),
+  // for a pre-norm layer's residual stream. forward_add writes h = x + branch
+  // into `h` (x's shape and dtype, allocated by the caller) and returns
+  // forward(h); Saved keeps h as forward keeps x, so recompute rebuilds the
+  // output from it. backward with `residual_grad` (x's shape and dtype)
+  // returns backward(dy, s) + residual_grad, rounded as ops::add_ rounds it.
+  Tensor forward_add(const Tensor& x, const Tensor& branch, Tensor& h, Saved& s) const;
+  Tensor backward(const Tensor& dy, const Saved& s, const Tensor& residual_grad);
+
   // The same three for the norm followed by rotary embedding, as one op
   // (ops::rmsnorm_rope_forward / _backward): x [T, heads, dim] normalised per
   // head, then rotated by the angles of position_ids and inv_freq, as
