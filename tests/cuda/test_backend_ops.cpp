@@ -20,7 +20,9 @@
 //
 // When the build has cuDNN attention, attention cases (plain causal
 // self-attention and the partial attention of ring attention) run under both
-// BB_ATTENTION_BACKEND=flash and =cudnn. The deterministic-mode cases
+// BB_ATTENTION_BACKEND=flash and =cudnn; our forward cases run again under
+// BB_FLASH_SM90=0 ("sm90=0" in the name), so on Hopper both the sm_90a and
+// the FlashAttention-2 forward kernels are checked. The deterministic-mode cases
 // (test_backend_ops_determinism.cpp) run each op twice and require the same bits.
 #include <algorithm>
 #include <cmath>
@@ -1058,12 +1060,16 @@ void add_attention_backward_case(std::vector<Case>& cases, const std::string& ba
                    }});
 }
 
-// Forward and backward cases for one shape, run under
-// BB_ATTENTION_BACKEND=`backend` and named attention_*[`label`]. With
-// `unaligned`, every bf16 tensor is a view off the 16-byte grid; with
-// `autotune`, under BB_CUDNN_ATTENTION_AUTOTUNE=1 (" autotune" in the name).
-void add_attention_cases(std::vector<Case>& cases, const std::string& backend, const std::string& label,
-                         const AttentionShape& a, bool unaligned, bool autotune = false) {
+// The forward case for one shape, run under BB_ATTENTION_BACKEND=`backend`
+// and named attention_forward[`label`]. With `unaligned`, every bf16 tensor is
+// a view off the 16-byte grid; with `autotune`, under
+// BB_CUDNN_ATTENTION_AUTOTUNE=1 (" autotune" in the name). A non-empty
+// `flash_sm90` runs it under BB_FLASH_SM90=`flash_sm90` (" sm90=..." in the
+// name): "0" keeps the FlashAttention-2 forward on Hopper, where the sm_90a
+// kernel is the default for the head dims it takes.
+void add_attention_forward_case(std::vector<Case>& cases, const std::string& backend, const std::string& label,
+                                const AttentionShape& a, bool unaligned, bool autotune = false,
+                                const std::string& flash_sm90 = "") {
   const std::vector<double> cu = a.cu_seqlens();
   const int64_t max_seqlen = a.max_seqlen(), tokens = a.tokens();
   const double scale = a.scale();
@@ -1071,10 +1077,13 @@ void add_attention_cases(std::vector<Case>& cases, const std::string& backend, c
   const Shape v_shape{tokens, a.heads_kv, a.dv()}, out_shape{tokens, a.heads_q, a.dv()};
   const std::string shape = attention_shape(a) + (unaligned ? " unaligned" : "");
   auto place = [unaligned](const Pair& p) { return unaligned ? unaligned_view(p) : p; };
-  cases.push_back({"attention_forward[" + label + (autotune ? " autotune" : "") + "]", shape, [=](Generator& gen) {
+  const std::string name =
+      label + (autotune ? " autotune" : "") + (flash_sm90.empty() ? "" : " sm90=" + flash_sm90);
+  cases.push_back({"attention_forward[" + name + "]", shape, [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", backend);
-                     std::optional<EnvOverride> tune;
+                     std::optional<EnvOverride> tune, sm90;
                      if (autotune) tune.emplace("BB_CUDNN_ATTENTION_AUTOTUNE", "1");
+                     if (!flash_sm90.empty()) sm90.emplace("BB_FLASH_SM90", flash_sm90);
                      Pair q = place(random_pair(gen, q_shape, DType::BF16)),
                           k = place(random_pair(gen, k_shape, DType::BF16)),
                           v = place(random_pair(gen, v_shape, DType::BF16));
@@ -1089,6 +1098,13 @@ void add_attention_cases(std::vector<Case>& cases, const std::string& backend, c
                      // hardware approximation (2 ulp).
                      return std::vector<Check>{compare("out", out, kBf16Bound), compare("lse", lse, 1e-4)};
                    }});
+}
+
+// Forward and backward cases for one shape (the arguments of
+// add_attention_forward_case).
+void add_attention_cases(std::vector<Case>& cases, const std::string& backend, const std::string& label,
+                         const AttentionShape& a, bool unaligned, bool autotune = false) {
+  add_attention_forward_case(cases, backend, label, a, unaligned, autotune);
   add_attention_backward_case(cases, backend, label, a, unaligned, "", autotune);
 }
 
@@ -1123,8 +1139,27 @@ void attention_cases(std::vector<Case>& cases) {
   const AttentionShape gqa_expand_shapes[] = {
       {{129, 200}, 16, 2, 128}, {{100, 37, 1, 64}, 8, 1, 64}, {{129, 200}, 8, 1, 192, 128}, {{65, 3}, 4, 2, 64},
   };
+  // Ragged packings whose lengths are not multiples of any tile, GQA from
+  // 1:1 to 8:1, and sequences long enough that blocks walk several key tiles
+  // past the masked ones: the tile edges of the sm_90a forward (128 x 128).
+  const AttentionShape varlen_shapes[] = {
+      {{1, 37, 130, 257}, 8, 8, 128}, {{1, 37, 130, 257}, 8, 4, 64}, {{257, 130, 37, 1}, 8, 2, 128},
+      {{130, 257}, 8, 1, 64},         {{300, 129}, 16, 2, 128},      {{513, 7}, 4, 1, 128},
+      {{384, 128}, 8, 4, 64},         {{1, 37, 130, 257}, 16, 2, 192, 128},
+  };
   std::vector<std::string> backends = {"flash"};
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
+  // Our forward with the sm_90a kernel where it applies (the default) and
+  // with the FlashAttention-2 kernel throughout (BB_FLASH_SM90=0).
+  for (const char* sm90 : {"", "0"}) {
+    for (const AttentionShape& a : varlen_shapes)
+      add_attention_forward_case(cases, "flash", "flash", a, false, false, sm90);
+    if (*sm90) {
+      for (const AttentionShape& a : shapes) add_attention_forward_case(cases, "flash", "flash", a, false, false, sm90);
+      for (const AttentionShape& a : mla_shapes)
+        add_attention_forward_case(cases, "flash", "flash", a, false, false, sm90);
+    }
+  }
   for (const std::string& backend : backends) {
     for (const AttentionShape& a : shapes) add_attention_cases(cases, backend, backend, a, false);
     for (const AttentionShape& a : mla_shapes) add_attention_cases(cases, backend, backend, a, false);
@@ -1192,6 +1227,43 @@ std::vector<Check> compare_lse(const Pair& lse, double bound) {
   return {{"lse", ref > 0.0 ? std::sqrt(diff / ref) : std::sqrt(diff), bound}, {"lse -inf rows", mismatches, 0.0}};
 }
 
+// The forward case of one partial-attention shape under
+// BB_ATTENTION_BACKEND=`backend`, named attention_partial_forward[`label`];
+// a non-empty `flash_sm90` runs it under BB_FLASH_SM90=`flash_sm90`
+// (" sm90=..." in the name).
+void add_partial_attention_forward_case(std::vector<Case>& cases, const std::string& backend,
+                                        const std::string& label, const PartialAttentionShape& a,
+                                        const std::string& flash_sm90 = "") {
+  const std::vector<double> cu_q = offsets_of(a.seqlens_q).first, cu_kv = offsets_of(a.seqlens_kv).first;
+  const int64_t max_q = offsets_of(a.seqlens_q).second, max_kv = offsets_of(a.seqlens_kv).second;
+  const int64_t tokens_q = int64_t(cu_q.back()), tokens_kv = int64_t(cu_kv.back());
+  const double scale = 1.0 / std::sqrt(double(a.head_dim));
+  const Shape q_shape{tokens_q, a.heads_q, a.head_dim}, k_shape{tokens_kv, a.heads_kv, a.head_dim};
+  const Shape v_shape{tokens_kv, a.heads_kv, a.head_dim_v}, out_shape{tokens_q, a.heads_q, a.head_dim_v};
+  const ops::AttentionMask mask = a.mask;
+  const std::string shape = partial_attention_shape(a);
+  const std::string name = label + (flash_sm90.empty() ? "" : " sm90=" + flash_sm90);
+  auto spans_of = [=](const Pair& q_offsets, const Pair& kv_offsets, bool gpu) {
+    return ops::AttentionSpans{gpu ? q_offsets.gpu : q_offsets.cpu, gpu ? kv_offsets.gpu : kv_offsets.cpu, max_q,
+                               max_kv, mask};
+  };
+  cases.push_back({"attention_partial_forward[" + name + "]", shape, [=](Generator& gen) {
+                     EnvOverride env("BB_ATTENTION_BACKEND", backend);
+                     std::optional<EnvOverride> sm90;
+                     if (!flash_sm90.empty()) sm90.emplace("BB_FLASH_SM90", flash_sm90);
+                     Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, k_shape, DType::BF16),
+                          v = random_pair(gen, v_shape, DType::BF16);
+                     Pair cq = index_pair(cu_q, DType::I32), ckv = index_pair(cu_kv, DType::I32);
+                     Pair out = output_pair(out_shape, DType::BF16), lse = output_pair({tokens_q, a.heads_q}, DType::F32);
+                     cuda::attention_forward(q.gpu, k.gpu, v.gpu, spans_of(cq, ckv, true), scale, out.gpu, lse.gpu);
+                     ops::attention_forward(q.cpu, k.cpu, v.cpu, spans_of(cq, ckv, false), scale, out.cpu, lse.cpu);
+                     std::vector<Check> checks{compare("out", out, kBf16Bound)};
+                     for (const Check& c : compare_lse(lse, 1e-4)) checks.push_back(c);
+                     return checks;
+                   }});
+}
+
+// The forward and backward cases of one partial-attention shape.
 void add_partial_attention_cases(std::vector<Case>& cases, const std::string& backend, const std::string& label,
                                  const PartialAttentionShape& a) {
   const std::vector<double> cu_q = offsets_of(a.seqlens_q).first, cu_kv = offsets_of(a.seqlens_kv).first;
@@ -1206,18 +1278,7 @@ void add_partial_attention_cases(std::vector<Case>& cases, const std::string& ba
     return ops::AttentionSpans{gpu ? q_offsets.gpu : q_offsets.cpu, gpu ? kv_offsets.gpu : kv_offsets.cpu, max_q,
                                max_kv, mask};
   };
-  cases.push_back({"attention_partial_forward[" + label + "]", shape, [=](Generator& gen) {
-                     EnvOverride env("BB_ATTENTION_BACKEND", backend);
-                     Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, k_shape, DType::BF16),
-                          v = random_pair(gen, v_shape, DType::BF16);
-                     Pair cq = index_pair(cu_q, DType::I32), ckv = index_pair(cu_kv, DType::I32);
-                     Pair out = output_pair(out_shape, DType::BF16), lse = output_pair({tokens_q, a.heads_q}, DType::F32);
-                     cuda::attention_forward(q.gpu, k.gpu, v.gpu, spans_of(cq, ckv, true), scale, out.gpu, lse.gpu);
-                     ops::attention_forward(q.cpu, k.cpu, v.cpu, spans_of(cq, ckv, false), scale, out.cpu, lse.cpu);
-                     std::vector<Check> checks{compare("out", out, kBf16Bound)};
-                     for (const Check& c : compare_lse(lse, 1e-4)) checks.push_back(c);
-                     return checks;
-                   }});
+  add_partial_attention_forward_case(cases, backend, label, a);
   cases.push_back({"attention_partial_backward[" + label + "]", shape, [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", backend);
                      Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, k_shape, DType::BF16),
@@ -1270,6 +1331,25 @@ void partial_attention_cases(std::vector<Case>& cases) {
   };
   const Lens small_head_lens[] = {{{13, 7}, {13, 7}, 6, 2, 12}, {{10, 4}, {5, 8}, 4, 2, 12},
                                   {{10, 4}, {5, 8}, 4, 2, 20, 12}};
+  // Our forward only: ragged lengths off the 128-row tiles of the sm_90a
+  // kernel, q shorter and longer than kv within one packing (so some blocks
+  // see no key), a key/value sequence of length 0, GQA 1:1 to 8:1.
+  const Lens varlen_lens[] = {
+      {{1, 37, 130, 257}, {257, 130, 37, 1}, 8, 2, 128}, {{1, 37, 130, 257}, {1, 37, 130, 257}, 8, 8, 64},
+      {{300, 64}, {150, 200}, 8, 4, 64},                 {{130, 20}, {257, 40}, 16, 2, 128},
+      {{20, 37, 5}, {0, 50, 5}, 4, 2, 64},               {{200, 3}, {70, 3}, 8, 1, 128},
+  };
+  for (AttentionMask mask : {AttentionMask::Causal, AttentionMask::None}) {
+    for (const char* sm90 : {"", "0"}) {
+      for (const Lens& l : varlen_lens)
+        add_partial_attention_forward_case(cases, "flash", "flash", {l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim,
+                                                                     l.dv(), mask}, sm90);
+      if (*sm90)
+        for (const Lens& l : lens)
+          add_partial_attention_forward_case(cases, "flash", "flash", {l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim,
+                                                                       l.dv(), mask}, sm90);
+    }
+  }
   std::vector<std::string> backends = {"flash"};
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
   for (const std::string& backend : backends) {

@@ -241,6 +241,22 @@ void perf_attention(const std::string& backend, const std::string& gqa_expand, b
   }
 }
 
+// Our two forward kernels on the same causal attention, labelled
+// flash sm90=1 (the sm_90a FlashAttention-3-style kernel, where the device and
+// build have it; else the same as 0) and flash sm90=0 (FlashAttention-2).
+void perf_flash_forward(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v, int64_t batch) {
+  EnvOverride env("BB_ATTENTION_BACKEND", "flash");
+  AttentionBench bench(batch, heads_q, heads_kv, dim_qk, dim_v);
+  const ops::AttentionSpans spans = bench.self_spans();
+  for (const char* sm90 : {"1", "0"}) {
+    EnvOverride kernel("BB_FLASH_SM90", sm90);
+    report_flops("attention_forward[flash sm90=" + std::string(sm90) + "] " + bench.shape, median_ms([&] {
+                   cuda::attention_forward(bench.q, bench.k, bench.v, spans, bench.scale, bench.out, bench.lse);
+                 }),
+                 bench.fwd_flops);
+  }
+}
+
 // cuDNN's three graphs for the same causal attention over equal lengths:
 // dense (one cu_seqlens tensor and S x max_seqlen rows: no ragged offsets, no
 // padding mask), ragged with the diagonal aligned top-left (one tensor, but a
@@ -624,6 +640,12 @@ void perf_attention_all() {
       perf_attention(backend, "", autotune, 128, 128, 192, 128, 1, 1);
     }
   }
+  for (int64_t batch : {1, 4}) {
+    perf_flash_forward(16, 8, 128, 128, batch);
+    perf_flash_forward(32, 8, 128, 128, batch);
+  }
+  perf_flash_forward(16, 8, 64, 64, 4);
+  perf_flash_forward(16, 16, 192, 128, 2);
   if (cuda::cudnn_attention_built()) {
     perf_cudnn_graphs(16, 8, 128, 128, 2);
     perf_cudnn_graphs(32, 4, 128, 128, 2);
