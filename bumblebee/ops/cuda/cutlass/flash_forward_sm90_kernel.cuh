@@ -33,6 +33,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "bumblebee/ops/cuda/cutlass/flash_forward_sm90_softmax.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_sm90_gemm.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_forward_sm90_traits.cuh"
 
 namespace bb::cuda::flash_sm90 {
@@ -82,26 +83,6 @@ __device__ void load_tiles(const typename T::Params& p, typename T::SharedStorag
   }
   v_pipeline.producer_acquire(v_state);
   copy(p.tma_v.with(*v_pipeline.producer_get_barrier(v_state), 0), tVg(_, 0), tVs(_, v_state.index()));
-}
-
-// Issues c (+)= a b on the warpgroup's tensor cores without waiting: a is in
-// shared memory (descriptors) or registers, b in shared memory; the caller
-// waits with warpgroup_wait<N>() and then fences c.
-template <bool kZeroInit, class Mma, class A, class B, class C>
-__device__ __forceinline__ void issue_gemm(Mma& mma, A& a, const B& b, C& c) {
-  constexpr bool kARegs = !std::is_same_v<typename A::value_type, GMMA::DescriptorIterator::value_type>;
-  if constexpr (kARegs) warpgroup_fence_operand(a);
-  warpgroup_fence_operand(c);
-  warpgroup_arrive();
-  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-#pragma unroll
-  for (int k = 0; k < size<2>(a); ++k) {
-    gemm(mma, a(_, _, k), b(_, _, k), c);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(c);
-  if constexpr (kARegs) warpgroup_fence_operand(a);
 }
 
 // Pingpong between the two consumer warpgroups: each issues its GEMMs for a
