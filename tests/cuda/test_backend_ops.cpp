@@ -20,9 +20,9 @@
 //
 // When the build has cuDNN attention, attention cases (plain causal
 // self-attention and the partial attention of ring attention) run under both
-// BB_ATTENTION_BACKEND=flash and =cudnn; our forward cases run again under
-// BB_FLASH_SM90=0 ("sm90=0" in the name), so on Hopper both the sm_90a and
-// the FlashAttention-2 forward kernels are checked. The deterministic-mode cases
+// BB_ATTENTION_BACKEND=flash and =cudnn; our forward and backward cases run
+// again under BB_FLASH_SM90=0 ("sm90=0" in the name), so on Hopper both the
+// sm_90a and the FlashAttention-2 kernels are checked in both directions. The deterministic-mode cases
 // (test_backend_ops_determinism.cpp) run each op twice and require the same bits.
 #include <algorithm>
 #include <cmath>
@@ -1021,10 +1021,11 @@ void softmax_stats_cases(std::vector<Case>& cases) {
 // and named attention_backward[`label`]; with `unaligned`, every bf16 tensor
 // is a view off the 16-byte grid. A non-empty `gqa_expand` runs it under
 // BB_ATTENTION_GQA_EXPAND=`gqa_expand` and adds " gqa_expand=..." to the label;
-// `autotune` runs it under BB_CUDNN_ATTENTION_AUTOTUNE=1 (" autotune").
+// `autotune` runs it under BB_CUDNN_ATTENTION_AUTOTUNE=1 (" autotune"), a
+// non-empty `flash_sm90` under BB_FLASH_SM90=`flash_sm90` (" sm90=...").
 void add_attention_backward_case(std::vector<Case>& cases, const std::string& backend, const std::string& label,
                                  const AttentionShape& a, bool unaligned, const std::string& gqa_expand,
-                                 bool autotune = false) {
+                                 bool autotune = false, const std::string& flash_sm90 = "") {
   const std::vector<double> cu = a.cu_seqlens();
   const int64_t max_seqlen = a.max_seqlen(), tokens = a.tokens();
   const double scale = a.scale();
@@ -1032,13 +1033,14 @@ void add_attention_backward_case(std::vector<Case>& cases, const std::string& ba
   const Shape v_shape{tokens, a.heads_kv, a.dv()}, out_shape{tokens, a.heads_q, a.dv()};
   const std::string shape = attention_shape(a) + (unaligned ? " unaligned" : "");
   auto place = [unaligned](const Pair& p) { return unaligned ? unaligned_view(p) : p; };
-  const std::string name =
-      label + (gqa_expand.empty() ? "" : " gqa_expand=" + gqa_expand) + (autotune ? " autotune" : "");
+  const std::string name = label + (gqa_expand.empty() ? "" : " gqa_expand=" + gqa_expand) +
+                           (autotune ? " autotune" : "") + (flash_sm90.empty() ? "" : " sm90=" + flash_sm90);
   cases.push_back({"attention_backward[" + name + "]", shape, [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", backend);
-                     std::optional<EnvOverride> expand, tune;
+                     std::optional<EnvOverride> expand, tune, sm90;
                      if (!gqa_expand.empty()) expand.emplace("BB_ATTENTION_GQA_EXPAND", gqa_expand);
                      if (autotune) tune.emplace("BB_CUDNN_ATTENTION_AUTOTUNE", "1");
+                     if (!flash_sm90.empty()) sm90.emplace("BB_FLASH_SM90", flash_sm90);
                      Pair q = place(random_pair(gen, q_shape, DType::BF16)),
                           k = place(random_pair(gen, k_shape, DType::BF16)),
                           v = place(random_pair(gen, v_shape, DType::BF16));
@@ -1141,7 +1143,8 @@ void attention_cases(std::vector<Case>& cases) {
   };
   // Ragged packings whose lengths are not multiples of any tile, GQA from
   // 1:1 to 8:1, and sequences long enough that blocks walk several key tiles
-  // past the masked ones: the tile edges of the sm_90a forward (128 x 128).
+  // past the masked ones: the tile edges of the sm_90a forward (128 x 128)
+  // and backward (128 keys x 64 queries).
   const AttentionShape varlen_shapes[] = {
       {{1, 37, 130, 257}, 8, 8, 128}, {{1, 37, 130, 257}, 8, 4, 64}, {{257, 130, 37, 1}, 8, 2, 128},
       {{130, 257}, 8, 1, 64},         {{300, 129}, 16, 2, 128},      {{513, 7}, 4, 1, 128},
@@ -1149,15 +1152,28 @@ void attention_cases(std::vector<Case>& cases) {
   };
   std::vector<std::string> backends = {"flash"};
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
-  // Our forward with the sm_90a kernel where it applies (the default) and
-  // with the FlashAttention-2 kernel throughout (BB_FLASH_SM90=0).
+  // Our kernels with the sm_90a ones where they apply (the default) and with
+  // the FlashAttention-2 ones throughout (BB_FLASH_SM90=0). The varlen
+  // backward runs the grouped shapes from 4:1 on both by expansion (auto's
+  // choice) and walking the group in one block (gqa_expand=0).
   for (const char* sm90 : {"", "0"}) {
-    for (const AttentionShape& a : varlen_shapes)
+    for (const AttentionShape& a : varlen_shapes) {
       add_attention_forward_case(cases, "flash", "flash", a, false, false, sm90);
+      add_attention_backward_case(cases, "flash", "flash", a, false, "", false, sm90);
+      if (a.heads_q >= 4 * a.heads_kv) add_attention_backward_case(cases, "flash", "flash", a, false, "0", false, sm90);
+    }
     if (*sm90) {
-      for (const AttentionShape& a : shapes) add_attention_forward_case(cases, "flash", "flash", a, false, false, sm90);
-      for (const AttentionShape& a : mla_shapes)
+      for (const AttentionShape& a : shapes) {
         add_attention_forward_case(cases, "flash", "flash", a, false, false, sm90);
+        add_attention_backward_case(cases, "flash", "flash", a, false, "", false, sm90);
+      }
+      for (const AttentionShape& a : mla_shapes) {
+        add_attention_forward_case(cases, "flash", "flash", a, false, false, sm90);
+        add_attention_backward_case(cases, "flash", "flash", a, false, "", false, sm90);
+      }
+      for (const AttentionShape& a : gqa_expand_shapes)
+        for (const char* expand : {"0", "1"})
+          add_attention_backward_case(cases, "flash", "flash", a, false, expand, false, sm90);
     }
   }
   for (const std::string& backend : backends) {
@@ -1263,9 +1279,11 @@ void add_partial_attention_forward_case(std::vector<Case>& cases, const std::str
                    }});
 }
 
-// The forward and backward cases of one partial-attention shape.
-void add_partial_attention_cases(std::vector<Case>& cases, const std::string& backend, const std::string& label,
-                                 const PartialAttentionShape& a) {
+// The backward case of one partial-attention shape, named
+// attention_partial_backward[`label`], with `flash_sm90` as in the forward's.
+void add_partial_attention_backward_case(std::vector<Case>& cases, const std::string& backend,
+                                         const std::string& label, const PartialAttentionShape& a,
+                                         const std::string& flash_sm90 = "") {
   const std::vector<double> cu_q = offsets_of(a.seqlens_q).first, cu_kv = offsets_of(a.seqlens_kv).first;
   const int64_t max_q = offsets_of(a.seqlens_q).second, max_kv = offsets_of(a.seqlens_kv).second;
   const int64_t tokens_q = int64_t(cu_q.back()), tokens_kv = int64_t(cu_kv.back());
@@ -1278,9 +1296,11 @@ void add_partial_attention_cases(std::vector<Case>& cases, const std::string& ba
     return ops::AttentionSpans{gpu ? q_offsets.gpu : q_offsets.cpu, gpu ? kv_offsets.gpu : kv_offsets.cpu, max_q,
                                max_kv, mask};
   };
-  add_partial_attention_forward_case(cases, backend, label, a);
-  cases.push_back({"attention_partial_backward[" + label + "]", shape, [=](Generator& gen) {
+  const std::string name = label + (flash_sm90.empty() ? "" : " sm90=" + flash_sm90);
+  cases.push_back({"attention_partial_backward[" + name + "]", shape, [=](Generator& gen) {
                      EnvOverride env("BB_ATTENTION_BACKEND", backend);
+                     std::optional<EnvOverride> sm90;
+                     if (!flash_sm90.empty()) sm90.emplace("BB_FLASH_SM90", flash_sm90);
                      Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, k_shape, DType::BF16),
                           v = random_pair(gen, v_shape, DType::BF16);
                      Pair dout = random_pair(gen, out_shape, DType::BF16);
@@ -1307,6 +1327,13 @@ void add_partial_attention_cases(std::vector<Case>& cases, const std::string& ba
                    }});
 }
 
+// The forward and backward cases of one partial-attention shape.
+void add_partial_attention_cases(std::vector<Case>& cases, const std::string& backend, const std::string& label,
+                                 const PartialAttentionShape& a) {
+  add_partial_attention_forward_case(cases, backend, label, a);
+  add_partial_attention_backward_case(cases, backend, label, a);
+}
+
 // What ring attention asks of the op (primitive/parallel/ring_attention.cpp):
 // zigzag halves of equal length per sequence, causal on the diagonal step
 // and unmasked elsewhere; then q half or double the kv length (bottom-right
@@ -1331,9 +1358,9 @@ void partial_attention_cases(std::vector<Case>& cases) {
   };
   const Lens small_head_lens[] = {{{13, 7}, {13, 7}, 6, 2, 12}, {{10, 4}, {5, 8}, 4, 2, 12},
                                   {{10, 4}, {5, 8}, 4, 2, 20, 12}};
-  // Our forward only: ragged lengths off the 128-row tiles of the sm_90a
-  // kernel, q shorter and longer than kv within one packing (so some blocks
-  // see no key), a key/value sequence of length 0, GQA 1:1 to 8:1.
+  // Our kernels only: ragged lengths off the tiles of the sm_90a kernels, q
+  // shorter and longer than kv within one packing (so some blocks see no
+  // key), a key/value sequence of length 0, GQA 1:1 to 8:1.
   const Lens varlen_lens[] = {
       {{1, 37, 130, 257}, {257, 130, 37, 1}, 8, 2, 128}, {{1, 37, 130, 257}, {1, 37, 130, 257}, 8, 8, 64},
       {{300, 64}, {150, 200}, 8, 4, 64},                 {{130, 20}, {257, 40}, 16, 2, 128},
@@ -1341,13 +1368,17 @@ void partial_attention_cases(std::vector<Case>& cases) {
   };
   for (AttentionMask mask : {AttentionMask::Causal, AttentionMask::None}) {
     for (const char* sm90 : {"", "0"}) {
-      for (const Lens& l : varlen_lens)
-        add_partial_attention_forward_case(cases, "flash", "flash", {l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim,
-                                                                     l.dv(), mask}, sm90);
+      for (const Lens& l : varlen_lens) {
+        const PartialAttentionShape a{l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim, l.dv(), mask};
+        add_partial_attention_forward_case(cases, "flash", "flash", a, sm90);
+        add_partial_attention_backward_case(cases, "flash", "flash", a, sm90);
+      }
       if (*sm90)
-        for (const Lens& l : lens)
-          add_partial_attention_forward_case(cases, "flash", "flash", {l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim,
-                                                                       l.dv(), mask}, sm90);
+        for (const Lens& l : lens) {
+          const PartialAttentionShape a{l.q, l.kv, l.heads_q, l.heads_kv, l.head_dim, l.dv(), mask};
+          add_partial_attention_forward_case(cases, "flash", "flash", a, sm90);
+          add_partial_attention_backward_case(cases, "flash", "flash", a, sm90);
+        }
     }
   }
   std::vector<std::string> backends = {"flash"};

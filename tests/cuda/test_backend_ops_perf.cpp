@@ -241,19 +241,24 @@ void perf_attention(const std::string& backend, const std::string& gqa_expand, b
   }
 }
 
-// Our two forward kernels on the same causal attention, labelled
-// flash sm90=1 (the sm_90a FlashAttention-3-style kernel, where the device and
-// build have it; else the same as 0) and flash sm90=0 (FlashAttention-2).
-void perf_flash_forward(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v, int64_t batch) {
+// Our two kernels a direction on the same causal attention, labelled
+// flash sm90=1 (the sm_90a FlashAttention-3-style kernels, where the device,
+// build and head dims have them; else the same as 0) and flash sm90=0
+// (FlashAttention-2). The backward runs the grouped-query rule of auto
+// (expansion from 4:1, attention.cpp) and, from 4:1, also without it
+// (gqa_expand=0: one block walks the group).
+void perf_flash_kernels(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_t dim_v, int64_t batch) {
   EnvOverride env("BB_ATTENTION_BACKEND", "flash");
   AttentionBench bench(batch, heads_q, heads_kv, dim_qk, dim_v);
   const ops::AttentionSpans spans = bench.self_spans();
   for (const char* sm90 : {"1", "0"}) {
     EnvOverride kernel("BB_FLASH_SM90", sm90);
-    report_flops("attention_forward[flash sm90=" + std::string(sm90) + "] " + bench.shape, median_ms([&] {
-                   cuda::attention_forward(bench.q, bench.k, bench.v, spans, bench.scale, bench.out, bench.lse);
-                 }),
-                 bench.fwd_flops);
+    const std::string label = "flash sm90=" + std::string(sm90);
+    bench.report(label, spans);
+    if (heads_q >= 4 * heads_kv) {
+      EnvOverride expand("BB_ATTENTION_GQA_EXPAND", "0");
+      bench.report(label + " gqa_expand=0", spans, false);
+    }
   }
 }
 
@@ -641,11 +646,11 @@ void perf_attention_all() {
     }
   }
   for (int64_t batch : {1, 4}) {
-    perf_flash_forward(16, 8, 128, 128, batch);
-    perf_flash_forward(32, 8, 128, 128, batch);
+    perf_flash_kernels(16, 8, 128, 128, batch);
+    perf_flash_kernels(32, 8, 128, 128, batch);
   }
-  perf_flash_forward(16, 8, 64, 64, 4);
-  perf_flash_forward(16, 16, 192, 128, 2);
+  perf_flash_kernels(16, 8, 64, 64, 4);
+  perf_flash_kernels(16, 16, 192, 128, 2);
   if (cuda::cudnn_attention_built()) {
     perf_cudnn_graphs(16, 8, 128, 128, 2);
     perf_cudnn_graphs(32, 4, 128, 128, 2);

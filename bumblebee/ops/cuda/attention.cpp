@@ -21,11 +21,13 @@
 // TFLOP/s forward/backward on an H200 against 198/121 for our kernel,
 // benchmarks/RESULTS.md) or flash (our FlashAttention-2 kernels; auto's choice
 // when the build has no cuDNN). The variable is read at every call, so one
-// process can compare both. Flash's forward itself has two kernels:
-// on compute capability 9.0 in builds with CUTLASS, head dims (64, 64),
-// (128, 128) and (192, 128) run the FlashAttention-3-style sm_90a kernel
-// (cutlass/flash_forward_sm90.h) unless BB_FLASH_SM90=0 (read at every call
-// by flash_forward.cu) keeps the FlashAttention-2 one.
+// process can compare both. Flash itself has two kernels a direction: on
+// compute capability 9.0 in builds with CUTLASS, the FlashAttention-3-style
+// sm_90a kernels run the forward of head dims (64, 64), (128, 128) and
+// (192, 128) (cutlass/flash_forward_sm90.h) and the backward of (64, 64) and
+// (128, 128) (cutlass/flash_backward_sm90.h), unless BB_FLASH_SM90=0 (read at
+// every call by flash_forward.cu / flash_backward.cu) keeps the
+// FlashAttention-2 ones.
 //
 // The v head dim may differ from the q/k one (multi-head latent attention,
 // DeepSeek-V3: 192 / 128). Both tiled backends read 16-byte vectors, so they

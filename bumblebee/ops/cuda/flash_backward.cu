@@ -20,9 +20,18 @@
 // latent attention. At (192, 128) the dK and dV accumulators alone take 160
 // fp32 registers a thread; ptxas still fits the kernel in 255 without spills
 // (docs/cuda.md), but cuDNN is the fast path there.
+//
+// On Hopper (compute capability 9.0) in builds with CUTLASS, the head dims
+// (64, 64) and (128, 128) run the FlashAttention-3-style kernel of
+// cutlass/flash_backward_sm90.h in place of kernels 1 and 2 (it computes its
+// own row statistics and adds into the same dq_accum; kernel 3 converts it),
+// unless BB_FLASH_SM90=0, as for the forward (flash_forward.cu).
 #include "bumblebee/ops/cuda/attention_backends.h"
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/flash_common.cuh"
+#ifdef BB_WITH_CUTLASS
+#include "bumblebee/ops/cuda/cutlass/flash_backward_sm90.h"
+#endif
 
 namespace bb::cuda {
 namespace flash {
@@ -309,29 +318,22 @@ void launch_backward(const Params& p, int max_seqlen, int num_seqs, cudaStream_t
   CUDA_CHECK_LAUNCH("flash_attention_backward");
 }
 
-}  // namespace
-}  // namespace flash
-
-void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale,
-                              Tensor& dq, Tensor& dk, Tensor& dv) {
+// Kernels 1 and 2: dsum, then dK, dV and the unscaled dQ sums into dq_accum.
+void fa2_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq_accum, Tensor& dk,
+                  Tensor& dv) {
   const int64_t tokens = q.size(0), heads_q = q.size(1), head_dim_qk = q.size(2), head_dim_v = v.size(2);
-  BB_CHECK(head_dim_qk <= kFlashMaxHeadDimQk && head_dim_v <= kFlashMaxHeadDimV,
-           "flash_attention_backward: head dims q/k ", head_dim_qk, " and v ", head_dim_v, " exceed its tiles (",
-           kFlashMaxHeadDimQk, ", ", kFlashMaxHeadDimV, ")");
   cudaStream_t stream = current_stream();
   Tensor dsum = Tensor::empty({tokens, heads_q}, DType::F32, q.device());
-  Tensor dq_accum = Tensor::empty({tokens, heads_q, head_dim_qk}, DType::F32, q.device());
-  CUDA_CHECK(cudaMemsetAsync(dq_accum.raw(), 0, dq_accum.nbytes(), stream));
 
   const int64_t rows = tokens * heads_q;
   constexpr int kRowsPerBlock = 8;
-  flash::dsum_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0, stream>>>(
+  dsum_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0, stream>>>(
       static_cast<const bf16*>(out.raw()), static_cast<const bf16*>(dout.raw()), rows, int(head_dim_v),
       static_cast<float*>(dsum.raw()));
   CUDA_CHECK_LAUNCH("flash_attention_backward (dsum)");
 
-  flash::Params p{};
+  Params p{};
   p.q = static_cast<const bf16*>(q.raw());
   p.k = static_cast<const bf16*>(k.raw());
   p.v = static_cast<const bf16*>(v.raw());
@@ -343,7 +345,7 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
   p.head_dim_qk = int(head_dim_qk);
   p.head_dim_v = int(head_dim_v);
   p.scale = float(scale);
-  p.scale_log2 = float(scale) * flash::kLog2e;
+  p.scale_log2 = float(scale) * kLog2e;
   p.dout = static_cast<const bf16*>(dout.raw());
   p.lse_in = static_cast<const float*>(lse.raw());
   p.dsum = static_cast<const float*>(dsum.raw());
@@ -352,9 +354,32 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
   p.dv = static_cast<bf16*>(dv.raw());
   const int num_seqs = int(spans.cu_seqlens_q.numel() - 1);
   const int max_seqlen_kv = int(spans.max_seqlen_kv);
-  flash::dispatch_head_dims(p.head_dim_qk, p.head_dim_v, [&](auto dqk, auto dv) {
-    flash::launch_backward<decltype(dqk)::value, decltype(dv)::value>(p, max_seqlen_kv, num_seqs, stream);
+  dispatch_head_dims(p.head_dim_qk, p.head_dim_v, [&](auto dqk, auto dv) {
+    launch_backward<decltype(dqk)::value, decltype(dv)::value>(p, max_seqlen_kv, num_seqs, stream);
   });
+}
+
+}  // namespace
+}  // namespace flash
+
+void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale,
+                              Tensor& dq, Tensor& dk, Tensor& dv) {
+  const int64_t tokens = q.size(0), heads_q = q.size(1), head_dim_qk = q.size(2), head_dim_v = v.size(2);
+  BB_CHECK(head_dim_qk <= kFlashMaxHeadDimQk && head_dim_v <= kFlashMaxHeadDimV,
+           "flash_attention_backward: head dims q/k ", head_dim_qk, " and v ", head_dim_v, " exceed its tiles (",
+           kFlashMaxHeadDimQk, ", ", kFlashMaxHeadDimV, ")");
+  cudaStream_t stream = current_stream();
+  Tensor dq_accum = Tensor::empty({tokens, heads_q, head_dim_qk}, DType::F32, q.device());
+  CUDA_CHECK(cudaMemsetAsync(dq_accum.raw(), 0, dq_accum.nbytes(), stream));
+  bool sm90 = false;
+#ifdef BB_WITH_CUTLASS
+  // TMA descriptors need every dimension non-empty.
+  sm90 = tokens > 0 && k.size(0) > 0 && flash_sm90_backward_takes(head_dim_qk, head_dim_v) &&
+         flash::sm90_kernels_selected();
+  if (sm90) flash_sm90_backward(dout, q, k, v, out, lse, spans, scale, dq_accum, dk, dv);
+#endif
+  if (!sm90) flash::fa2_backward(dout, q, k, v, out, lse, spans, scale, dq_accum, dk, dv);
 
   const int64_t n = dq.numel();
   flash::dq_convert_kernel<<<grid_for(n, 256), 256, 0, stream>>>(static_cast<const float*>(dq_accum.raw()),

@@ -27,6 +27,15 @@ constexpr int kThreads = 128;  // 4 warps
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+#ifdef BB_WITH_CUTLASS
+// Whether flash calls on this device go to the sm_90a kernels
+// (cutlass/flash_forward_sm90.h, cutlass/flash_backward_sm90.h) for the head
+// dims they take: compute capability 9.0 and BB_FLASH_SM90 unset, empty or 1
+// (0 keeps the FlashAttention-2 kernels; anything else is an error). Read at
+// every call; defined in flash_forward.cu.
+bool sm90_kernels_selected();
+#endif
+
 // Shared-memory row stride for a tile with D columns: 16 bytes of padding
 // make the 8 rows an ldmatrix reads start in 8 different bank groups.
 template <int D>

@@ -23,7 +23,9 @@
 // (64, 64), (128, 128) and (192, 128) go to the FlashAttention-3-style kernel of
 // cutlass/flash_forward_sm90.h instead (TMA, wgmma, warp-specialized), unless
 // the environment variable BB_FLASH_SM90=0 (read at every call) keeps them
-// here; BB_FLASH_SM90=1, like unset, takes it where it applies.
+// here; BB_FLASH_SM90=1, like unset, takes it where it applies. The same
+// switch (sm90_kernels_selected, defined here) steers the backward
+// (flash_backward.cu).
 #include <cstdlib>
 #include <cstring>
 
@@ -234,15 +236,15 @@ void launch_forward(const Params& p, int max_seqlen, int num_seqs, cudaStream_t 
   CUDA_CHECK_LAUNCH("flash_attention_forward");
 }
 
+}  // namespace
+
 #ifdef BB_WITH_CUTLASS
-// Whether this call goes to the sm_90a kernel (see the top of the file).
-bool sm90_forward_selected(int64_t head_dim_qk, int64_t head_dim_v) {
+bool sm90_kernels_selected() {
   const char* env = std::getenv("BB_FLASH_SM90");
   const bool unset = env == nullptr || *env == '\0';
   BB_CHECK(unset || std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0, "BB_FLASH_SM90 is '", env,
            "'; it must be 0 or 1");
   if (!unset && env[0] == '0') return false;
-  if (!flash_sm90_forward_takes(head_dim_qk, head_dim_v)) return false;
   int major = 0, minor = 0;
   const int device = current_device();
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -251,14 +253,14 @@ bool sm90_forward_selected(int64_t head_dim_qk, int64_t head_dim_v) {
 }
 #endif
 
-}  // namespace
 }  // namespace flash
 
 void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
                              double scale, Tensor& out, Tensor& lse) {
 #ifdef BB_WITH_CUTLASS
   // TMA descriptors need every dimension non-empty.
-  if (q.size(0) > 0 && k.size(0) > 0 && flash::sm90_forward_selected(q.size(2), v.size(2))) {
+  if (q.size(0) > 0 && k.size(0) > 0 && flash_sm90_forward_takes(q.size(2), v.size(2)) &&
+      flash::sm90_kernels_selected()) {
     flash_sm90_forward(q, k, v, spans, scale, out, lse);
     return;
   }
