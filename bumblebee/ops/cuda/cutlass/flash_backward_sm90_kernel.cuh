@@ -1,0 +1,230 @@
+// The sm_90a flash attention backward kernel (FlashAttention-3 scheme): the
+// producer, the consumers' loop over query tiles, and the kernel that splits
+// a block into the two roles. Its types are in flash_backward_sm90_traits.cuh,
+// its register-side pieces in flash_backward_sm90_registers.cuh;
+// flash_backward_sm90.cu builds the TMA descriptors and launches it.
+//
+// One block of three warpgroups owns 128 keys of one kv head of one sequence
+// and walks every query head of the kv head's group and every 64-row query
+// tile that sees its keys, so a group's dK and dV are summed in registers
+// with no second pass. Warpgroup 0 is the producer: one thread loads the K and
+// V tiles once by TMA, then streams each step's Q and dO tiles through a
+// two-stage mbarrier pipeline (CUTLASS's PipelineTmaAsync). Warpgroups 1 and
+// 2 are the consumers, 64 keys each; setmaxnreg moves registers from the
+// producer (24 a thread) to them (240).
+//
+// Per step a consumer runs, on wgmma:
+//   S^T = K Q^T and dP^T = V dO^T          (shared-memory operands)
+//   P^T = exp2(S^T scale_log2 - lse_log2), dS^T = P^T (dP^T - dsum)  (registers)
+//   dV += P^T dO and dK += dS^T Q          (P^T, dS^T from registers; dO^T,
+//                                           Q^T as transposed views)
+//   dQ = dS K, head dim split over the two consumers (dS through shared
+//   memory, since it spans both consumers' keys), added to the fp32 dq_accum
+//   with float2 atomics.
+// Two named-barrier syncs per step guard the one dS buffer: before a
+// consumer writes its half, both have finished the last step's dQ, which
+// read it; after, both halves are in place before either issues dQ.
+//
+// Packed sequences share one TMA descriptor per tensor, as in the forward:
+// a tile crossing its sequence's end reads the next sequence's rows (keys
+// masked; query rows get lse +inf, so P = dS = 0, and their dQ is not stored)
+// or TMA's zero fill past the tensor.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_registers.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_traits.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_sm90_gemm.cuh"
+
+namespace bb::cuda::flash_sm90 {
+
+// The step's query head and first query row.
+__device__ __forceinline__ int step_head(const KeyBlockSpan& b, int step) {
+  return b.kv_head * b.group + step / b.m_count;
+}
+template <class T>
+__device__ __forceinline__ int step_m0(const KeyBlockSpan& b, int step) {
+  return (b.m_first + step % b.m_count) * T::kBlockM;
+}
+
+// The producer: K and V once, then Q and dO of every step. Run by one thread.
+template <class T>
+__device__ void load_tiles_bwd(const typename T::Params& p, typename T::SharedStorage& ss, const KeyBlockSpan& b,
+                               typename T::Pipeline& pipeline) {
+  using BlockM = typename T::BlockM;
+  using BlockN = typename T::BlockN;
+  using HeadDim = typename T::HeadDim;
+  constexpr int D = T::kHeadDim;
+  Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.tokens_q, D, p.heads_q));
+  Tensor mdO = p.tma_do.get_tma_tensor(make_shape(p.tokens_q, D, p.heads_q));
+  Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.tokens_kv, D, p.heads_kv));
+  Tensor mV = p.tma_v.get_tma_tensor(make_shape(p.tokens_kv, D, p.heads_kv));
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename T::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename T::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename T::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename T::SmemLayoutV{});
+
+  Tensor gK = local_tile(domain_offset(make_coord(b.kv_start, _0{}), mK(_, _, b.kv_head)), Shape<BlockN, HeadDim>{},
+                         make_coord(b.n0 / T::kBlockN, _0{}));
+  Tensor gV = local_tile(domain_offset(make_coord(b.kv_start, _0{}), mV(_, _, b.kv_head)), Shape<BlockN, HeadDim>{},
+                         make_coord(b.n0 / T::kBlockN, _0{}));
+  auto [tKg, tKs] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+  auto [tVg, tVs] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+  cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.kv_full, 2 * T::kKBytes);
+  copy(p.tma_k.with(ss.kv_full, 0), tKg, tKs);
+  copy(p.tma_v.with(ss.kv_full, 0), tVg, tVs);
+
+  auto state = cutlass::make_producer_start_state<typename T::Pipeline>();
+  for (int step = 0; step < b.steps; ++step) {
+    const int head = step_head(b, step);
+    const auto tile = make_coord(step_m0<T>(b, step) / T::kBlockM, _0{});
+    Tensor gQ = local_tile(domain_offset(make_coord(b.q_start, _0{}), mQ(_, _, head)), Shape<BlockM, HeadDim>{}, tile);
+    Tensor gdO =
+        local_tile(domain_offset(make_coord(b.q_start, _0{}), mdO(_, _, head)), Shape<BlockM, HeadDim>{}, tile);
+    auto [tQg, tQs] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto [tdOg, tdOs] =
+        tma_partition(p.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+    pipeline.producer_acquire(state);
+    auto* barrier = pipeline.producer_get_barrier(state);
+    copy(p.tma_q.with(*barrier, 0), tQg, tQs(_, state.index()));
+    copy(p.tma_do.with(*barrier, 0), tdOg, tdOs(_, state.index()));
+    ++state;
+  }
+}
+
+// A consumer warpgroup's 64 keys (mma_thread in [0, 256) over both
+// consumers): every step, then dK and dV.
+template <class T>
+__device__ void consume_steps(const typename T::Params& p, typename T::SharedStorage& ss, const KeyBlockSpan& b,
+                              typename T::Pipeline& pipeline, int mma_thread) {
+  using BlockM = typename T::BlockM;
+  using BlockN = typename T::BlockN;
+  using HeadDim = typename T::HeadDim;
+  constexpr int D = T::kHeadDim;
+  typename T::TiledMmaSdP mma_sdp;
+  typename T::TiledMmaKV mma_kv;
+  typename T::TiledMmaQ mma_q;
+  auto thr_sdp = mma_sdp.get_thread_slice(mma_thread);
+  auto thr_kv = mma_kv.get_thread_slice(mma_thread);
+  auto thr_q = mma_q.get_thread_slice(mma_thread);
+
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename T::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename T::SmemLayoutQ{});
+  Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename T::SmemLayoutQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(ss.dout.data()), typename T::SmemLayoutQt{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename T::SmemLayoutK{});
+  Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename T::SmemLayoutKt{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename T::SmemLayoutV{});
+  Tensor sdS = make_tensor(make_smem_ptr(ss.ds.data()), typename T::SmemLayoutdS{});
+
+  // Operands (shared-memory descriptors; (MMA, MMA_M|N, MMA_K[, stages])).
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);
+  Tensor tPrV = thr_sdp.partition_fragment_A(sV);
+  Tensor tPrdO = thr_sdp.partition_fragment_B(sdO);
+  Tensor tVrdO = thr_kv.partition_fragment_B(sdOt);
+  Tensor tKrQ = thr_kv.partition_fragment_B(sQt);
+  Tensor tQrdS = thr_q.partition_fragment_A(sdS);
+  Tensor tQrK = thr_q.partition_fragment_B(sKt);
+  // Accumulators and the (row, column) of each of their registers.
+  Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+  Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+  Tensor tVrdV = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
+  Tensor tKrdK = partition_fragment_C(mma_kv, Shape<BlockN, HeadDim>{});
+  Tensor tQrdQ = partition_fragment_C(mma_q, Shape<BlockM, HeadDim>{});
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));    // (key, query)
+  Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));    // (key, column)
+  Tensor tQcdQ = thr_q.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));    // (query, column)
+  // P^T and dS^T in bf16 as the A operand of dV and dK: ((2, 2, 2), 1,
+  // kBlockM / 16), the accumulator registers with pairs of 8-query blocks
+  // forming a k16 step (as the forward's P).
+  using Element = typename T::Element;
+  Tensor rP = make_tensor<Element>(tSrS.layout());
+  Tensor rdS = make_tensor<Element>(tSrS.layout());
+  const auto a_layout = make_layout(make_shape(make_shape(_2{}, _2{}, _2{}), _1{}, Int<T::kBlockM / 16>{}));
+  Tensor tVrP = make_tensor(rP.data(), a_layout);
+  Tensor tKrdS = make_tensor(rdS.data(), a_layout);
+  static_assert(size(tVrP) == size(tSrS));
+
+  clear(tVrdV);
+  clear(tKrdK);
+  if (b.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&ss.kv_full, 0);
+  typename T::PipelineState state;
+  // Named barriers: one of the two consumers, one of each consumer's threads.
+  constexpr uint32_t kDsBarrier = 0, kStatsBarrier = 1;
+  const int consumer = mma_thread / 128, wg_thread = mma_thread % 128;
+  for (int step = 0; step < b.steps; ++step) {
+    const int head = step_head(b, step);
+    const int m0 = step_m0<T>(b, step);
+    // The step's lse and dsum: loaded before the GEMMs, in shared memory by the time P needs them.
+    const float stat = load_row_stat<T::kBlockM>(p.lse_log2, p.dsum, int64_t(head) * p.tokens_q + b.q_start, m0,
+                                                 b.len_q, wg_thread);
+    pipeline.consumer_wait(state);
+    const int stage = state.index();
+    issue_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+    issue_gemm<true>(mma_sdp, tPrV, tPrdO(_, _, _, stage), tSrdP);
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(tSrS);
+    // Only tiles reaching past the keys' end or crossing the diagonal need the mask.
+    const bool edge = b.n0 + T::kBlockN > b.len_kv || (p.causal && b.n0 + T::kBlockN - 1 > m0 + b.shift);
+    if (edge) mask_scores_t(tSrS, tScS, b.n0, m0, b.len_kv, p.causal, b.shift);
+    float(&stats)[2][T::kBlockM] = ss.row_stats[consumer][step & 1];
+    stats[wg_thread / T::kBlockM][wg_thread % T::kBlockM] = stat;
+    cutlass::arch::NamedBarrier::sync(128, kStatsBarrier + consumer);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrdP);
+    probs_and_grads(tSrS, tSrdP, tScS, p.scale_log2, stats[0], stats[1]);
+    pack_bf16(tSrS, rP);
+    pack_bf16(tSrdP, rdS);
+
+    issue_gemm<false>(mma_kv, tVrP, tVrdO(_, _, _, stage), tVrdV);
+    cutlass::arch::NamedBarrier::sync(T::kMmaThreads, kDsBarrier);  // the last step's dQ has read sdS
+    store_ds(rdS, tScS, sdS);
+    cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by wgmma
+    cutlass::arch::NamedBarrier::sync(T::kMmaThreads, kDsBarrier);
+    issue_gemm<false>(mma_kv, tKrdS, tKrQ(_, _, _, stage), tKrdK);
+    issue_gemm<true>(mma_q, tQrdS, tQrK, tQrdQ);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tVrdV);
+    warpgroup_fence_operand(tKrdK);
+    warpgroup_fence_operand(tQrdQ);
+    pipeline.consumer_release(state);
+    ++state;
+    add_dq<D>(p.dq_accum, tQrdQ, tQcdQ, b.q_start, m0, b.len_q, p.heads_q, head);
+  }
+  store_key_rows<D>(p.dv, tVrdV, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
+  store_key_rows<D>(p.dk, tKrdK, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, p.scale);
+}
+
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    flash_backward_sm90_kernel(const __grid_constant__ typename T::Params p) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  auto& ss = *reinterpret_cast<typename T::SharedStorage*>(smem_raw);
+  const KeyBlockSpan b = key_block_span<T>(p);
+  if (b.n0 >= b.len_kv) return;  // past this sequence's keys (whole block)
+
+  const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  if (threadIdx.x == 0) cutlass::arch::ClusterTransactionBarrier::init(&ss.kv_full, 1);
+  typename T::Pipeline::Params pipe;
+  pipe.role = warp_group == 0 ? T::Pipeline::ThreadCategory::Producer : T::Pipeline::ThreadCategory::Consumer;
+  pipe.is_leader = threadIdx.x == 0;
+  pipe.num_consumers = T::kMmaThreads;
+  pipe.transaction_bytes = 2 * T::kQBytes;  // Q and dO
+  typename T::Pipeline pipeline(ss.q_pipeline, pipe, Shape<_1, _1, _1>{});
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  if (warp_group == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
+    if (threadIdx.x == 0 && b.steps > 0) load_tiles_bwd<T>(p, ss, b, pipeline);
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
+  consume_steps<T>(p, ss, b, pipeline, int(threadIdx.x) - 128);
+}
+
+}  // namespace bb::cuda::flash_sm90

@@ -1,0 +1,113 @@
+// The register-side pieces of the sm_90a flash attention backward
+// (flash_backward_sm90_kernel.cuh): a step's lse and dsum, P^T and dS^T from
+// the S^T and dP^T accumulators, dS^T into shared memory, dQ's atomic adds,
+// and the dK / dV stores.
+//
+// In a wgmma accumulator each thread holds two rows and, in every 8-column
+// block, two adjacent columns (flash_forward_sm90_softmax.cuh); registers
+// 2i and 2i + 1 are such a column pair, which the bf16 stores and the float2
+// atomics below rely on.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cute/tensor.hpp>
+
+#include "bumblebee/ops/cuda/cutlass/flash_forward_sm90_softmax.cuh"
+
+namespace bb::cuda::flash_sm90 {
+
+// This thread's share of the step's row statistics (thread t < kBlockM of the
+// warpgroup loads lse of query t, the next kBlockM dsum), loaded early and
+// put in shared memory by put_row_stat. Rows at or past len_q get lse +inf
+// (so P = 0: they are the next sequence's rows or TMA's zero fill) and dsum 0.
+template <int kBlockM>
+__device__ __forceinline__ float load_row_stat(const float* lse_log2, const float* dsum, int64_t row_base, int m0,
+                                               int len_q, int wg_thread) {
+  const bool is_lse = wg_thread < kBlockM;
+  const int query = m0 + (is_lse ? wg_thread : wg_thread - kBlockM);
+  if (query >= len_q) return is_lse ? INFINITY : 0.f;
+  return __ldg((is_lse ? lse_log2 : dsum) + row_base + query);
+}
+
+// Sets to -inf the scores of keys at or past len_kv and, when causal, of keys
+// past the query's diagonal (query i sees keys j <= i + shift); `coords`
+// gives each register's (key, query) in the tile, whose first key is n0 and
+// first query m0.
+template <class Scores, class Coords>
+__device__ __forceinline__ void mask_scores_t(Scores& s, const Coords& coords, int n0, int m0, int len_kv,
+                                              bool causal, int shift) {
+#pragma unroll
+  for (int i = 0; i < cute::size(s); ++i) {
+    const int key = n0 + int(cute::get<0>(coords(i)));
+    const int query = m0 + int(cute::get<1>(coords(i)));
+    if (key >= len_kv || (causal && key > query + shift)) s(i) = -INFINITY;
+  }
+}
+
+// P^T = exp2(S^T * scale_log2 - lse) in place of the scores, then
+// dS^T = P^T (dP^T - dsum) in place of dP^T, with lse and dsum of each
+// register's query (`coords`: (key, query)) from shared memory. Masked scores
+// (-inf) and rows with lse +inf give P = 0 and so dS = 0.
+template <class Scores, class Grads, class Coords>
+__device__ __forceinline__ void probs_and_grads(Scores& s, Grads& dp, const Coords& coords, float scale_log2,
+                                                const float* lse, const float* dsum) {
+#pragma unroll
+  for (int i = 0; i < cute::size(s); ++i) {
+    const int query = int(cute::get<1>(coords(i)));
+    s(i) = exp2_ftz(fmaf(s(i), scale_log2, -lse[query]));
+    dp(i) = s(i) * (dp(i) - dsum[query]);
+  }
+}
+
+// fp32 accumulator registers rounded to bf16 pairs, register for register.
+template <class Acc, class Packed>
+__device__ __forceinline__ void pack_bf16(const Acc& a, Packed& p) {
+  auto* out = reinterpret_cast<__nv_bfloat162*>(cute::raw_pointer_cast(p.data()));
+#pragma unroll
+  for (int i = 0; i < cute::size(a) / 2; ++i) out[i] = __floats2bfloat162_rn(a(2 * i), a(2 * i + 1));
+}
+
+// dS^T (bf16 pairs from pack_bf16, (key, query) per register in `coords`)
+// into sdS, indexed (query, key): the pair's two queries are adjacent there.
+template <class Packed, class Coords, class SmemTensor>
+__device__ __forceinline__ void store_ds(const Packed& ds, const Coords& coords, SmemTensor& sdS) {
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(cute::raw_pointer_cast(ds.data()));
+#pragma unroll
+  for (int i = 0; i < cute::size(ds); i += 2) {
+    const int key = int(cute::get<0>(coords(i))), query = int(cute::get<1>(coords(i)));
+    *reinterpret_cast<__nv_bfloat162*>(&sdS(query, key)) = pairs[i / 2];
+  }
+}
+
+// dq_accum += this thread's dQ registers ((query, column) per register in
+// `coords`), float2 atomics on adjacent columns, queries inside the sequence.
+template <int D, class Acc, class Coords>
+__device__ __forceinline__ void add_dq(float* dq_accum, const Acc& dq, const Coords& coords, int64_t q_start,
+                                       int m0, int len_q, int heads_q, int head) {
+#pragma unroll
+  for (int i = 0; i < cute::size(dq); i += 2) {
+    const int query = m0 + int(cute::get<0>(coords(i)));
+    if (query >= len_q) continue;
+    const int col = int(cute::get<1>(coords(i)));
+    float* dst = dq_accum + ((q_start + query) * heads_q + head) * D + col;
+    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq(i), dq(i + 1)));
+  }
+}
+
+// dK or dV rows (keys inside the sequence) from registers, times `scale`, as bf16.
+template <int D, class Acc, class Coords>
+__device__ __forceinline__ void store_key_rows(cutlass::bfloat16_t* out, const Acc& acc, const Coords& coords,
+                                               int64_t kv_start, int n0, int len_kv, int heads_kv, int kv_head,
+                                               float scale) {
+#pragma unroll
+  for (int i = 0; i < cute::size(acc); i += 2) {
+    const int key = n0 + int(cute::get<0>(coords(i)));
+    if (key >= len_kv) continue;
+    const int col = int(cute::get<1>(coords(i)));
+    auto* dst = reinterpret_cast<__nv_bfloat162*>(out + ((kv_start + key) * heads_kv + kv_head) * D + col);
+    *dst = __floats2bfloat162_rn(acc(i) * scale, acc(i + 1) * scale);
+  }
+}
+
+}  // namespace bb::cuda::flash_sm90

@@ -1,0 +1,167 @@
+// Compile-time traits of the sm_90a flash attention backward
+// (flash_backward_sm90_kernel.cuh): tile shapes, warpgroup roles and register
+// budgets, the four GEMMs' wgmma types, shared-memory layouts (with the
+// transposed views the dK, dV and dQ GEMMs read), the TMA types, the kernel
+// parameters, and the key / query span of one block.
+#pragma once
+
+#include <cute/tensor.hpp>  // first: the atom headers below assume it
+
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cutlass/gemm/collective/builders/sm90_common.inl>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+namespace bb::cuda::flash_sm90 {
+
+// As in flash_forward_sm90_traits.cuh: cute's names before bb's.
+using namespace cute;
+using cute::Layout;
+using cute::Shape;
+using cute::Step;
+using cute::Stride;
+using cute::Tensor;
+
+// D is the head dim of q, k, v and dout alike (the backward takes (64, 64)
+// and (128, 128); (192, 128) stays on the FlashAttention-2 kernel, whose dK
+// and dV accumulators leave no registers for these tiles).
+template <int D>
+struct BackwardTraits {
+  static constexpr int kHeadDim = D;
+  static constexpr int kBlockN = 128;  // key rows per block, 64 per consumer warpgroup
+  static constexpr int kBlockM = 64;   // query rows per step
+  static constexpr int kStages = 2;
+  static constexpr int kConsumers = 2;
+  static constexpr int kMmaThreads = 128 * kConsumers;
+  static constexpr int kThreads = kMmaThreads + 128;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // as the forward: 64,512 registers
+
+  using Element = cutlass::bfloat16_t;
+  using BlockM = Int<kBlockM>;
+  using BlockN = Int<kBlockN>;
+  using HeadDim = Int<D>;
+
+  // S^T = K Q^T and dP^T = V dO^T, (keys, queries): each consumer takes 64 keys.
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<BlockN, BlockM, HeadDim>>(), Layout<Shape<_2, _1, _1>>{}));
+  // dV += P^T dO and dK += dS^T Q, (keys, head dim): P^T and dS^T straight
+  // from the S^T / dP^T accumulators' registers, the same 64 keys a consumer.
+  using TiledMmaKV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<BlockN, HeadDim, BlockM>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  // dQ = dS K, (queries, head dim): dS from shared memory (both consumers'
+  // keys), each consumer takes half of the head dim.
+  using TiledMmaQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<BlockM, Int<D / 2>, BlockN>, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_1, _2, _1>>{}));
+
+  // Q and dO: K-major (head dim contiguous) for S^T and dP^T, read
+  // transposed (Q^T, dO^T: MN-major) by dK and dV. K: the same for S^T, and
+  // read as K^T by dQ, whose consumers split its head dim in two, so the
+  // swizzle atom may be no wider than half the head dim. V: only K-major.
+  using SmemAtomQ = decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, BlockM,
+                                                                                 HeadDim>());
+  using SmemAtomK = decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, BlockN,
+                                                                                 Int<D / 2>>());
+  using SmemAtomV = decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, BlockN,
+                                                                                 HeadDim>());
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<BlockM, HeadDim, Int<kStages>>{}));
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<BlockN, HeadDim>{}));
+  using SmemLayoutV = decltype(tile_to_shape(SmemAtomV{}, Shape<BlockN, HeadDim>{}));
+  // The transposes as views of the same bytes: (head dim, rows[, stages]).
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_layout(Shape<HeadDim, BlockM, Int<kStages>>{}, Stride<BlockM, _1, Int<kBlockM * D>>{})));
+  using SmemLayoutKt =
+      decltype(composition(SmemLayoutK{}, make_layout(Shape<HeadDim, BlockN>{}, Stride<BlockN, _1>{})));
+  // dS, the A operand of dQ = dS K, (queries, keys) MN-major: query pairs of
+  // the dS^T accumulator are adjacent, so it is written 32 bits at a time.
+  using SmemAtomdS = decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::MN, Element, BlockM,
+                                                                                  BlockN>());
+  using SmemLayoutdS = decltype(tile_to_shape(SmemAtomdS{}, Shape<BlockM, BlockN>{}));
+
+  static constexpr uint32_t kQBytes = kBlockM * D * sizeof(Element);  // one Q or dO stage
+  static constexpr uint32_t kKBytes = kBlockN * D * sizeof(Element);  // K or V
+
+  // The packed tensors as TMA sees them: (tokens, head dim, heads).
+  using GmemShape = Shape<int32_t, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t>;
+  using GmemPtr = decltype(make_gmem_ptr(static_cast<const Element*>(nullptr)));
+  using GmemTensor = decltype(make_tensor(GmemPtr{}, GmemShape{}, GmemStride{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
+                                      Shape<BlockM, HeadDim>{}, _1{}));  // Q and dO
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{}, Shape<BlockN, HeadDim>{}, _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{}, Shape<BlockN, HeadDim>{}, _1{}));
+
+  // One pipeline carries a step's Q and dO tiles (both on one barrier).
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename cutlass::PipelineState<kStages>;
+
+  // Every buffer on the 1024-byte grid of the 128-byte swizzle.
+  struct SharedStorage {
+    array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
+    array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
+    array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+    array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
+    array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> ds;
+    // Each consumer's copy of a step's lse and dsum, double buffered:
+    // [consumer][buffer][lse, dsum][query].
+    float row_stats[kConsumers][2][2][kBlockM];
+    uint64_t kv_full;  // mbarrier: the K and V tiles have landed
+    typename Pipeline::SharedStorage q_pipeline;
+  };
+
+  struct Params {
+    TmaQ tma_q, tma_do;
+    TmaK tma_k;
+    TmaV tma_v;
+    int tokens_q, tokens_kv, heads_q, heads_kv;
+    const int* cu_seqlens_q;   // [S + 1]
+    const int* cu_seqlens_kv;  // [S + 1]
+    bool causal;               // diagonal bottom-right, as the forward
+    float scale;               // softmax scale (dK's factor; dQ's is applied at its conversion)
+    float scale_log2;          // softmax scale * log2(e)
+    const float* lse_log2;     // [heads_q, tokens_q]: lse * log2(e), +inf for rows that saw no key
+    const float* dsum;         // [heads_q, tokens_q]: rowsum(dout * out)
+    float* dq_accum;           // [tokens_q, heads_q, D], unscaled, summed with atomics
+    Element* dk;               // [tokens_kv, heads_kv, D]
+    Element* dv;               // [tokens_kv, heads_kv, D]
+  };
+};
+
+// The key rows of one block and the query tiles ("steps": every query head of
+// the kv head's group times the query tiles that see the keys) it walks.
+struct KeyBlockSpan {
+  int n0, kv_head, group;
+  int q_start, len_q, kv_start, len_kv;
+  int shift;            // causal: query row i sees keys j <= i + shift
+  int m_first, m_count;  // query tiles m_first .. m_first + m_count - 1, per head
+  int steps;            // group * m_count
+};
+
+template <class T>
+__device__ __forceinline__ KeyBlockSpan key_block_span(const typename T::Params& p) {
+  KeyBlockSpan b;
+  // Under the causal mask the first key blocks see the most queries; they
+  // come first in the grid's x order.
+  b.n0 = int(blockIdx.x) * T::kBlockN;
+  b.kv_head = int(blockIdx.y);
+  b.group = p.heads_q / p.heads_kv;
+  const int seq = int(blockIdx.z);
+  b.q_start = p.cu_seqlens_q[seq];
+  b.len_q = p.cu_seqlens_q[seq + 1] - b.q_start;
+  b.kv_start = p.cu_seqlens_kv[seq];
+  b.len_kv = p.cu_seqlens_kv[seq + 1] - b.kv_start;
+  b.shift = b.len_kv - b.len_q;
+  // Causal: from the tile holding the first query that sees key n0 (row
+  // n0 - shift); none when that row is past the sequence.
+  b.m_first = p.causal ? max(0, b.n0 - b.shift) / T::kBlockM : 0;
+  b.m_count = max(0, (b.len_q + T::kBlockM - 1) / T::kBlockM - b.m_first);
+  b.steps = b.group * b.m_count;
+  return b;
+}
+
+}  // namespace bb::cuda::flash_sm90
