@@ -761,6 +761,140 @@ void rmsnorm_rope_cases(std::vector<Case>& cases) {
   }
 }
 
+// q, k and v inside a fused qkv [N, Hq + 2 Hkv, D] (ops::HeadsView): the
+// head-range RoPE and RMSNorm + RoPE against the CPU ops on the same views
+// (the contiguous CPU ops on the heads copied out), and against the
+// contiguous CUDA ops on those heads copied out, to the bit: the kernels are
+// the same, reading and writing through the row stride. Backward writes into
+// a d_qkv filled beforehand: its other heads must keep their values. Qwen3's
+// 1.7B heads (16 q, 8 kv of 128), a GQA shape at D = 64 with odd tokens, and
+// D = 96, which copies the heads out around the two unfused ops. copy_heads
+// both ways exactly.
+void head_range_cases(std::vector<Case>& cases) {
+  struct Qkv {
+    int64_t tokens, q_heads, kv_heads, dim;
+  };
+  const Qkv shapes[] = {{67, 16, 8, 128}, {33, 4, 2, 64}, {9, 2, 1, 96}, {1, 8, 8, 256}};
+  const Device gpu = Device::cuda(0);
+  // d_qkv's heads outside [first, first + count) as they were, those heads `heads`.
+  const auto expected_rows = [](const Tensor& before, int64_t first, const Tensor& heads) {
+    Tensor out = before.to(Device::cpu());
+    ops::copy_heads(heads.to(Device::cpu()), ops::HeadsView{out, first, heads.size(1)});
+    return out;
+  };
+  for (const Qkv& q : shapes) {
+    const int64_t all = q.q_heads + 2 * q.kv_heads;
+    const Shape qkv_shape{q.tokens, all, q.dim};
+    // q, k and v: the three head ranges of qkv.
+    const std::pair<int64_t, int64_t> ranges[] = {
+        {0, q.q_heads}, {q.q_heads, q.kv_heads}, {q.q_heads + q.kv_heads, q.kv_heads}};
+    for (auto [first, count] : ranges) {
+      const std::string shape = fmt("qkv [%lld, %lld, %lld] heads [%lld, %lld) bf16", (long long)q.tokens,
+                                    (long long)all, (long long)q.dim, (long long)first, (long long)(first + count));
+      const Shape xs{q.tokens, count, q.dim};
+      const int64_t rows = q.tokens * count;
+      auto draw_positions = [q](Generator& gen) {
+        std::vector<double> pos(size_t(q.tokens));
+        for (double& p : pos) p = double(int64_t(gen.uniform() * 4096));
+        return index_pair(pos, DType::I64);
+      };
+      // The heads copied out on the CPU and uploaded: the contiguous ops' input.
+      const auto heads_of = [first = first, xs](const Pair& qkv) {
+        Tensor x = Tensor::empty(xs, qkv.cpu.dtype());
+        ops::copy_heads(ops::HeadsView{qkv.cpu, first, xs[1]}, x);
+        return pair_from_cpu(x, DType::BF16).gpu;
+      };
+      cases.push_back({"copy_heads", shape, [=](Generator& gen) {
+                         Pair qkv = random_pair(gen, qkv_shape, DType::BF16), x = output_pair(xs, DType::BF16);
+                         cuda::copy_heads(ops::HeadsView{qkv.gpu, first, count}, x.gpu);
+                         ops::copy_heads(ops::HeadsView{qkv.cpu, first, count}, x.cpu);
+                         Pair back = random_pair(gen, qkv_shape, DType::BF16);
+                         cuda::copy_heads(x.gpu, ops::HeadsView{back.gpu, first, count});
+                         ops::copy_heads(x.cpu, ops::HeadsView{back.cpu, first, count});
+                         return std::vector<Check>{compare("out", x, 0.0), compare("in", back, 0.0)};
+                       }});
+      for (bool backward : {false, true}) {
+        cases.push_back({backward ? "rope_backward_heads" : "rope_forward_heads", shape, [=](Generator& gen) {
+                           Pair positions = draw_positions(gen);
+                           const Tensor inv_freq = rope_inv_freq(q.dim, 1e6);
+                           if (!backward) {
+                             Pair qkv = random_pair(gen, qkv_shape, DType::BF16), out = output_pair(xs, DType::BF16);
+                             cuda::rope_forward(ops::HeadsView{qkv.gpu, first, count}, positions.gpu, inv_freq,
+                                                out.gpu);
+                             ops::rope_forward(ops::HeadsView{qkv.cpu, first, count}, positions.cpu, inv_freq,
+                                               out.cpu);
+                             Tensor out2 = Tensor::empty(xs, DType::BF16, gpu);
+                             cuda::rope_forward(heads_of(qkv), positions.gpu, inv_freq, out2);
+                             return std::vector<Check>{compare("out", out, kBf16Bound),
+                                                       compare("out = contiguous", {out.gpu, out2.to(Device::cpu())},
+                                                               0.0)};
+                           }
+                           Pair dy = random_pair(gen, xs, DType::BF16);
+                           Pair d_qkv = random_pair(gen, qkv_shape, DType::BF16);
+                           const Tensor before = d_qkv.gpu.to(Device::cpu());
+                           cuda::rope_backward(dy.gpu, positions.gpu, inv_freq,
+                                               ops::HeadsView{d_qkv.gpu, first, count});
+                           ops::rope_backward(dy.cpu, positions.cpu, inv_freq, ops::HeadsView{d_qkv.cpu, first, count});
+                           Tensor dx2 = Tensor::empty(xs, DType::BF16, gpu);
+                           cuda::rope_backward(dy.gpu, positions.gpu, inv_freq, dx2);
+                           return std::vector<Check>{
+                               compare("d_qkv", d_qkv, kBf16Bound),
+                               compare("d_qkv = contiguous", {d_qkv.gpu, expected_rows(before, first, dx2)}, 0.0)};
+                         }});
+      }
+      cases.push_back({"rmsnorm_rope_forward_heads", shape, [=](Generator& gen) {
+                         Pair qkv = random_pair(gen, qkv_shape, DType::BF16);
+                         Pair w = random_pair(gen, {q.dim}, DType::BF16, 0.2, 1.0);
+                         Pair positions = draw_positions(gen);
+                         const Tensor inv_freq = rope_inv_freq(q.dim, 1e6);
+                         Pair y = output_pair(xs, DType::BF16), rstd = output_pair({rows}, DType::F32);
+                         cuda::rmsnorm_rope_forward(ops::HeadsView{qkv.gpu, first, count}, w.gpu, 1e-6, positions.gpu,
+                                                    inv_freq, y.gpu, rstd.gpu);
+                         ops::rmsnorm_rope_forward(ops::HeadsView{qkv.cpu, first, count}, w.cpu, 1e-6, positions.cpu,
+                                                   inv_freq, y.cpu, rstd.cpu);
+                         Tensor y2 = Tensor::empty(xs, DType::BF16, gpu);
+                         Tensor rstd2 = Tensor::empty({rows}, DType::F32, gpu);
+                         cuda::rmsnorm_rope_forward(heads_of(qkv), w.gpu, 1e-6, positions.gpu, inv_freq, y2, rstd2);
+                         return std::vector<Check>{compare("y", y, kBf16Bound), compare("rstd", rstd, kF32Bound),
+                                                   compare("y = contiguous", {y.gpu, y2.to(Device::cpu())}, 0.0),
+                                                   compare("rstd = contiguous", {rstd.gpu, rstd2.to(Device::cpu())},
+                                                           0.0)};
+                       }});
+      cases.push_back({"rmsnorm_rope_backward_heads", shape, [=](Generator& gen) {
+                         Pair qkv = random_pair(gen, qkv_shape, DType::BF16);
+                         Pair w = random_pair(gen, {q.dim}, DType::BF16, 0.2, 1.0);
+                         Pair dy = random_pair(gen, xs, DType::BF16);
+                         Pair positions = draw_positions(gen);
+                         const Tensor inv_freq = rope_inv_freq(q.dim, 1e6);
+                         Tensor x_cpu = Tensor::empty(xs, DType::F32), y_cpu = Tensor::empty(xs, DType::F32);
+                         Tensor rstd_cpu = Tensor::empty({rows}, DType::F32);
+                         ops::copy_heads(ops::HeadsView{qkv.cpu, first, count}, x_cpu);
+                         ops::rmsnorm_forward(x_cpu, w.cpu, 1e-6, y_cpu, rstd_cpu);
+                         Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
+                         Pair d_qkv = random_pair(gen, qkv_shape, DType::BF16);
+                         Pair dw = random_pair(gen, {q.dim}, DType::F32);
+                         const Tensor before = d_qkv.gpu.to(Device::cpu());
+                         Tensor dw2 = Tensor::empty({q.dim}, DType::F32, gpu);
+                         Tensor dx2 = Tensor::empty(xs, DType::BF16, gpu);
+                         dw2.copy_from(dw.gpu);
+                         cuda::rmsnorm_rope_backward(dy.gpu, ops::HeadsView{qkv.gpu, first, count}, w.gpu, rstd.gpu,
+                                                     positions.gpu, inv_freq, ops::HeadsView{d_qkv.gpu, first, count},
+                                                     dw.gpu);
+                         ops::rmsnorm_rope_backward(dy.cpu, ops::HeadsView{qkv.cpu, first, count}, w.cpu, rstd.cpu,
+                                                    positions.cpu, inv_freq, ops::HeadsView{d_qkv.cpu, first, count},
+                                                    dw.cpu);
+                         cuda::rmsnorm_rope_backward(dy.gpu, heads_of(qkv), w.gpu, rstd.gpu, positions.gpu, inv_freq,
+                                                     dx2, dw2);
+                         // The same kernel over the same grid: dw too is the contiguous op's, to the bit.
+                         return std::vector<Check>{
+                             compare("d_qkv", d_qkv, kBf16Bound), compare("dw", dw, kBf16Bound),
+                             compare("d_qkv = contiguous", {d_qkv.gpu, expected_rows(before, first, dx2)}, 0.0),
+                             compare("dw = contiguous", {dw.gpu, dw2.to(Device::cpu())}, 0.0)};
+                       }});
+    }
+  }
+}
+
 void swiglu_cases(std::vector<Case>& cases) {
   for (auto [rows, f] : {std::pair<int64_t, int64_t>{37, 256}, {16, 100}, {7, 13}}) {
     std::string shape = fmt("N=%lld F=%lld bf16", (long long)rows, (long long)f);
@@ -1712,6 +1846,7 @@ std::vector<Case> all_cases() {
   dtype_rejection_cases(cases);
   rope_cases(cases);
   rmsnorm_rope_cases(cases);
+  head_range_cases(cases);
   swiglu_cases(cases);
   cross_entropy_cases(cases);
   softmax_stats_cases(cases);
