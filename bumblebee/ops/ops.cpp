@@ -578,27 +578,21 @@ void add_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
 // ---- RoPE -------------------------------------------------------------------------------------------
 
 namespace {
-// The rope ops' shape rules for x of shape `x` [N, heads, D] (a tensor, or the
-// heads of a HeadsView).
-void check_rope_shape(const char* op, const Shape& x, const char* x_name, const Tensor& position_ids,
-                      const Tensor& inv_freq, Device dev) {
-  BB_CHECK(x[2] % 2 == 0, op, ": head dimension of '", x_name, "' must be even, got shape ", shape_str(x));
+void check_rope(const char* op, const Tensor& x, const char* x_name, const Tensor& position_ids,
+                const Tensor& inv_freq, const Tensor& out, const char* out_name, Device dev) {
+  expect_dim(op, x, x_name, 3);
+  BB_CHECK(x.size(2) % 2 == 0, op, ": head dimension of '", x_name, "' must be even, got shape ",
+           shape_str(x.shape()));
+  expect_shape(op, out, out_name, x.shape());
   expect_dim(op, position_ids, "position_ids", 1);
   expect_index(op, position_ids, "position_ids");
-  expect_shape(op, position_ids, "position_ids", {x[0]});
+  expect_shape(op, position_ids, "position_ids", {x.size(0)});
   BB_CHECK(inv_freq.defined(), op, ": tensor 'inv_freq' is undefined");
   BB_CHECK(inv_freq.device().is_cpu() || inv_freq.device() == dev, op, ": tensor 'inv_freq' is on ",
            inv_freq.device().str(), ", expected the host or ", dev.str());
   BB_CHECK(inv_freq.dtype() == DType::F64, op, ": tensor 'inv_freq' must be float64, got ",
            dtype_name(inv_freq.dtype()));
-  expect_shape(op, inv_freq, "inv_freq", {x[2] / 2});
-}
-
-void check_rope(const char* op, const Tensor& x, const char* x_name, const Tensor& position_ids,
-                const Tensor& inv_freq, const Tensor& out, const char* out_name, Device dev) {
-  expect_dim(op, x, x_name, 3);
-  expect_shape(op, out, out_name, x.shape());
-  check_rope_shape(op, x.shape(), x_name, position_ids, inv_freq, dev);
+  expect_shape(op, inv_freq, "inv_freq", {x.size(2) / 2});
 }
 }  // namespace
 
@@ -655,132 +649,6 @@ void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, c
   expect_shape(op, dw, "dw", w.shape());
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{x, "x"}, {dy, "dy"}, {w, "w"}, {rstd, "rstd"}, {dx, "dx"}, {dw, "dw"}});
-    BB_DISPATCH_CPU(rmsnorm_rope_backward, dy, x, w, rstd, position_ids, inv_freq, dx, dw);
-  }
-  BB_DISPATCH_CUDA(rmsnorm_rope_backward, dy, x, w, rstd, position_ids, inv_freq, dx, dw);
-}
-
-// ---- head ranges (q, k or v inside a fused qkv) --------------------------------------------------
-
-namespace {
-// The [N, count, D] that heads view `v` stands for; throws unless its tensor
-// is 3-D and holds the heads.
-Shape heads_shape(const char* op, const HeadsView& v, const char* name) {
-  expect_dim(op, v.all, name, 3);
-  BB_CHECK(v.first >= 0 && v.count >= 0 && v.first <= v.all.size(1) - v.count, op, ": heads [", v.first, ", ",
-           v.first + v.count, ") of '", name, "' are not within its tensor's ", v.all.size(1), " heads (shape ",
-           shape_str(v.all.shape()), ")");
-  return {v.all.size(0), v.count, v.all.size(2)};
-}
-
-// Rows of the norm over heads of shape `x` [N, heads, D], with w [D].
-int64_t head_rows(const char* op, const Shape& x, const Tensor& w) {
-  expect_dim(op, w, "w", 1);
-  BB_CHECK(x[2] > 0, op, ": tensor 'x' has an empty head dimension, shape ", shape_str(x));
-  expect_shape(op, w, "w", {x[2]});
-  return x[0] * x[1];
-}
-
-// Outputs written through a heads view (or read from one) may not share
-// memory with the inputs: the whole of both tensors is compared.
-void expect_apart(const char* op, const Tensor& out, const char* out_name, const Tensor& in, const char* in_name) {
-  BB_CHECK(!overlap(out, in), op, ": tensor '", out_name, "' overlaps '", in_name, "'");
-}
-}  // namespace
-
-void copy_heads(const HeadsView& src, Tensor& dst) {
-  const char* op = "copy_heads";
-  common_device(op, {{src.all, "src"}, {dst, "dst"}});
-  expect_shape(op, dst, "dst", heads_shape(op, src, "src"));
-  BB_CHECK(dst.dtype() == src.all.dtype(), op, ": tensor 'dst' is ", dtype_name(dst.dtype()), " but 'src' is ",
-           dtype_name(src.all.dtype()), " (a copy keeps the dtype)");
-  expect_apart(op, dst, "dst", src.all, "src");
-  if (dst.device().is_cpu()) BB_DISPATCH_CPU(copy_heads, src, dst);
-  BB_DISPATCH_CUDA(copy_heads, src, dst);
-}
-
-void copy_heads(const Tensor& src, const HeadsView& dst) {
-  const char* op = "copy_heads";
-  common_device(op, {{src, "src"}, {dst.all, "dst"}});
-  expect_shape(op, src, "src", heads_shape(op, dst, "dst"));
-  BB_CHECK(dst.all.dtype() == src.dtype(), op, ": tensor 'dst' is ", dtype_name(dst.all.dtype()),
-           " but 'src' is ", dtype_name(src.dtype()), " (a copy keeps the dtype)");
-  expect_apart(op, dst.all, "dst", src, "src");
-  if (src.device().is_cpu()) BB_DISPATCH_CPU(copy_heads, src, dst);
-  BB_DISPATCH_CUDA(copy_heads, src, dst);
-}
-
-void rope_forward(const HeadsView& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out) {
-  const char* op = "rope_forward";
-  const Device dev = common_device(op, {{x.all, "x"}, {position_ids, "position_ids"}, {out, "out"}});
-  const Shape shape = heads_shape(op, x, "x");
-  expect_shape(op, out, "out", shape);
-  check_rope_shape(op, shape, "x", position_ids, inv_freq, dev);
-  expect_apart(op, out, "out", x.all, "x");
-  if (dev.is_cpu()) {
-    expect_cpu_same_float(op, {{x.all, "x"}, {out, "out"}});
-    BB_DISPATCH_CPU(rope_forward, x, position_ids, inv_freq, out);
-  }
-  BB_DISPATCH_CUDA(rope_forward, x, position_ids, inv_freq, out);
-}
-
-void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, const HeadsView& dx) {
-  const char* op = "rope_backward";
-  const Device dev = common_device(op, {{dy, "dy"}, {position_ids, "position_ids"}, {dx.all, "dx"}});
-  expect_dim(op, dy, "dy", 3);
-  expect_shape(op, dy, "dy", heads_shape(op, dx, "dx"));
-  check_rope_shape(op, dy.shape(), "dy", position_ids, inv_freq, dev);
-  expect_apart(op, dx.all, "dx", dy, "dy");
-  if (dev.is_cpu()) {
-    expect_cpu_same_float(op, {{dy, "dy"}, {dx.all, "dx"}});
-    BB_DISPATCH_CPU(rope_backward, dy, position_ids, inv_freq, dx);
-  }
-  BB_DISPATCH_CUDA(rope_backward, dy, position_ids, inv_freq, dx);
-}
-
-void rmsnorm_rope_forward(const HeadsView& x, const Tensor& w, double eps, const Tensor& position_ids,
-                          const Tensor& inv_freq, Tensor& y, Tensor& rstd) {
-  const char* op = "rmsnorm_rope_forward";
-  const Device dev =
-      common_device(op, {{x.all, "x"}, {w, "w"}, {position_ids, "position_ids"}, {y, "y"}, {rstd, "rstd"}});
-  const Shape shape = heads_shape(op, x, "x");
-  expect_shape(op, y, "y", shape);
-  check_rope_shape(op, shape, "x", position_ids, inv_freq, dev);
-  expect_shape(op, rstd, "rstd", {head_rows(op, shape, w)});
-  BB_CHECK(eps >= 0.0, op, ": eps is negative (", eps, ")");
-  expect_apart(op, y, "y", x.all, "x");
-  expect_apart(op, rstd, "rstd", x.all, "x");
-  if (dev.is_cpu()) {
-    expect_cpu_same_float(op, {{x.all, "x"}, {w, "w"}, {y, "y"}, {rstd, "rstd"}});
-    BB_DISPATCH_CPU(rmsnorm_rope_forward, x, w, eps, position_ids, inv_freq, y, rstd);
-  }
-  BB_DISPATCH_CUDA(rmsnorm_rope_forward, x, w, eps, position_ids, inv_freq, y, rstd);
-}
-
-void rmsnorm_rope_backward(const Tensor& dy, const HeadsView& x, const Tensor& w, const Tensor& rstd,
-                           const Tensor& position_ids, const Tensor& inv_freq, const HeadsView& dx, Tensor& dw) {
-  const char* op = "rmsnorm_rope_backward";
-  const Device dev = common_device(op, {{dy, "dy"},
-                                        {x.all, "x"},
-                                        {w, "w"},
-                                        {rstd, "rstd"},
-                                        {position_ids, "position_ids"},
-                                        {dx.all, "dx"},
-                                        {dw, "dw"}});
-  expect_dim(op, dy, "dy", 3);
-  for (const auto& [view, name] : {std::pair<const HeadsView&, const char*>{x, "x"}, {dx, "dx"}}) {
-    const Shape shape = heads_shape(op, view, name);
-    BB_CHECK(shape == dy.shape(), op, ": the heads of '", name, "' have shape ", shape_str(shape),
-             ", expected dy's ", shape_str(dy.shape()));
-  }
-  check_rope_shape(op, dy.shape(), "dy", position_ids, inv_freq, dev);
-  expect_shape(op, rstd, "rstd", {head_rows(op, dy.shape(), w)});
-  expect_shape(op, dw, "dw", w.shape());
-  expect_apart(op, dx.all, "dx", dy, "dy");
-  expect_apart(op, dx.all, "dx", x.all, "x");
-  if (dev.is_cpu()) {
-    expect_cpu_same_float(
-        op, {{x.all, "x"}, {dy, "dy"}, {w, "w"}, {rstd, "rstd"}, {dx.all, "dx"}, {dw, "dw"}});
     BB_DISPATCH_CPU(rmsnorm_rope_backward, dy, x, w, rstd, position_ids, inv_freq, dx, dw);
   }
   BB_DISPATCH_CUDA(rmsnorm_rope_backward, dy, x, w, rstd, position_ids, inv_freq, dx, dw);

@@ -168,35 +168,6 @@ void rmsnorm_rope_forward(const Tensor& x, const Tensor& w, double eps, const Te
 void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                            const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx, Tensor& dw);
 
-// ---- head ranges: q, k or v inside one fused qkv projection ----------------------
-// Heads [first, first + count) of every token of `all` [N, H, D]: as a tensor
-// [N, count, D] whose tokens lie H * D elements apart instead of count * D.
-// SelfAttention runs its q, k and v projections as one GEMM into qkv
-// [N, Hq + 2 Hkv, D] and hands the ops below the column block each head
-// group occupies, so no copy of q or k is made either way.
-struct HeadsView {
-  Tensor all;
-  int64_t first = 0, count = 0;
-  Device device() const { return all.device(); }
-};
-// dst [N, count, D] = the heads of src (same dtype; an exact copy), and the
-// other way: the heads of dst = src, the other heads of dst.all untouched.
-void copy_heads(const HeadsView& src, Tensor& dst);
-void copy_heads(const Tensor& src, const HeadsView& dst);
-// rope_forward and rmsnorm_rope_forward reading x from its heads; out, y and
-// rstd as the contiguous ops write them. rope_backward and
-// rmsnorm_rope_backward writing dx into its heads (the other heads of
-// dx.all untouched), x read from its heads; x and dx may be views of tensors
-// with different head counts. Each gives the bits of the contiguous op on
-// the heads copied out (CPU: exactly that; CUDA: the same kernels, reading
-// and writing through the row stride). Outputs may not overlap inputs.
-void rope_forward(const HeadsView& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out);
-void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, const HeadsView& dx);
-void rmsnorm_rope_forward(const HeadsView& x, const Tensor& w, double eps, const Tensor& position_ids,
-                          const Tensor& inv_freq, Tensor& y, Tensor& rstd);
-void rmsnorm_rope_backward(const Tensor& dy, const HeadsView& x, const Tensor& w, const Tensor& rstd,
-                           const Tensor& position_ids, const Tensor& inv_freq, const HeadsView& dx, Tensor& dw);
-
 // ---- SwiGLU -------------------------------------------------------------------
 // gate_up [N, 2F] holds gate in columns [0, F) and up in [F, 2F); out [N, F] =
 // silu(gate) * up. Backward writes d_gate_up [N, 2F].

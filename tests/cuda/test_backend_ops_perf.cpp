@@ -281,49 +281,6 @@ void perf_cudnn_graphs(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_
   bench.report("cudnn ragged bottom-right", {bench.cu_seqlens, cu_kv, kSeq, kSeq, ops::AttentionMask::Causal});
 }
 
-// The q and k norms with their RoPE reading q and k inside Qwen3-1.7B's fused
-// qkv [8192, 16 + 2 x 8, 128] and writing dq and dk into d_qkv (heads views),
-// each beside the same op on a contiguous [8192, heads, 128]; then v copied
-// out of qkv and dv into d_qkv (copy_heads). Bytes as perf_rmsnorm rates the
-// contiguous ops; a copy reads and writes v once.
-void perf_qkv_heads() {
-  const int64_t tokens = 8192, q_heads = 16, kv_heads = 8, dim = 128, all = q_heads + 2 * kv_heads;
-  Tensor qkv = random_gpu({tokens, all, dim}, DType::BF16, 31), d_qkv = random_gpu({tokens, all, dim}, DType::BF16, 32);
-  Tensor w = random_gpu({dim}, DType::BF16, 33), dw = Tensor::zeros({dim}, DType::F32, kGpu);
-  std::vector<int64_t> pos(static_cast<size_t>(tokens));
-  for (int64_t i = 0; i < tokens; ++i) pos[size_t(i)] = i % 4096;
-  const Tensor positions = index_gpu(pos, DType::I64), inv_freq = rope_inv_freq(dim, 1e6);
-  for (auto [first, heads] : {std::pair<int64_t, int64_t>{0, q_heads}, {q_heads, kv_heads}}) {
-    const Shape xs{tokens, heads, dim};
-    const ops::HeadsView x{qkv, first, heads}, dx{d_qkv, first, heads};
-    Tensor contiguous = random_gpu(xs, DType::BF16, 34), dy = random_gpu(xs, DType::BF16, 35);
-    Tensor y = Tensor::empty(xs, DType::BF16, kGpu), rstd = Tensor::empty({tokens * heads}, DType::F32, kGpu);
-    Tensor dx_contiguous = Tensor::empty(xs, DType::BF16, kGpu);
-    const double act = double(tokens * heads * dim) * 2.0;
-    const std::string shape = fmt("heads [%lld, %lld) of %lld x %lld x %lld bf16", (long long)first,
-                                  (long long)(first + heads), (long long)tokens, (long long)all, (long long)dim);
-    report_bytes("rmsnorm_rope_forward " + shape,
-                 median_ms([&] { cuda::rmsnorm_rope_forward(x, w, 1e-6, positions, inv_freq, y, rstd); }), 2.0 * act);
-    report_bytes("  contiguous", median_ms([&] {
-                   cuda::rmsnorm_rope_forward(contiguous, w, 1e-6, positions, inv_freq, y, rstd);
-                 }),
-                 2.0 * act);
-    report_bytes("rmsnorm_rope_backward " + shape, median_ms([&] {
-                   cuda::rmsnorm_rope_backward(dy, x, w, rstd, positions, inv_freq, dx, dw);
-                 }),
-                 3.0 * act);
-    report_bytes("  contiguous", median_ms([&] {
-                   cuda::rmsnorm_rope_backward(dy, contiguous, w, rstd, positions, inv_freq, dx_contiguous, dw);
-                 }),
-                 3.0 * act);
-  }
-  Tensor v = Tensor::empty({tokens, kv_heads, dim}, DType::BF16, kGpu);
-  const ops::HeadsView v_heads{qkv, q_heads + kv_heads, kv_heads}, dv_heads{d_qkv, q_heads + kv_heads, kv_heads};
-  const double v_bytes = double(tokens * kv_heads * dim) * 2.0;
-  report_bytes("copy_heads v out of qkv", median_ms([&] { cuda::copy_heads(v_heads, v); }), 2.0 * v_bytes);
-  report_bytes("copy_heads dv into d_qkv", median_ms([&] { cuda::copy_heads(v, dv_heads); }), 2.0 * v_bytes);
-}
-
 // RMSNorm at the benches' shapes: a decoder norm of Qwen3-8B (4096) and of
 // Qwen3-1.7B / 30B-A3B (2048), both over 2 x 4096 tokens, and the q and k
 // norms over head_dim 128 of Qwen3-30B-A3B's 32 / 4 heads on the same tokens.
@@ -407,7 +364,6 @@ void perf_rmsnorm() {
                  }),
                  3.0 * act);
   }
-  perf_qkv_heads();
 }
 
 void perf_memory_bound() {

@@ -384,7 +384,7 @@ std::vector<Row> rows() {
        "hf_path=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/llama3_gqa tokens=" + std::string(BB_SOURCE_DIR) + "/tests/fixtures/llama3_gqa/tokens.json peft.type=lora "
        "peft.target_modules=all-linear peft.rank=4 peft.alpha=8 peft.adapter_path=" + std::string(BB_SOURCE_DIR) +
        "/tests/fixtures/qwen3_gqa_lora", 1,
-       "adapter tensor 'base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight' has shape [4, 64], the "
+       "adapter tensor 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' has shape [4, 48], the "
        "model's parameter is [4, 36] (the adapter was made for 'tests/fixtures/qwen3_gqa')"},
       {"correctness_lora_adapter_rank_differs", "bb-correctness",
        kCorrectness + "peft.type=lora peft.target_modules=all-linear peft.rank=8 peft.alpha=8 peft.adapter_path=" +

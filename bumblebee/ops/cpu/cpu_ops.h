@@ -70,17 +70,6 @@ void rmsnorm_rope_forward(const Tensor& x, const Tensor& w, double eps, const Te
 void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                            const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx, Tensor& dw);
 
-// heads_view.cpp: the heads of a HeadsView copied out and in; the head-range
-// rope and norm ops, which run the contiguous ones on the heads copied out.
-void copy_heads(const ops::HeadsView& src, Tensor& dst);
-void copy_heads(const Tensor& src, const ops::HeadsView& dst);
-void rope_forward(const ops::HeadsView& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out);
-void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, const ops::HeadsView& dx);
-void rmsnorm_rope_forward(const ops::HeadsView& x, const Tensor& w, double eps, const Tensor& position_ids,
-                          const Tensor& inv_freq, Tensor& y, Tensor& rstd);
-void rmsnorm_rope_backward(const Tensor& dy, const ops::HeadsView& x, const Tensor& w, const Tensor& rstd,
-                           const Tensor& position_ids, const Tensor& inv_freq, const ops::HeadsView& dx, Tensor& dw);
-
 // swiglu.cpp
 void swiglu_forward(const Tensor& gate_up, Tensor& out);
 void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& d_gate_up);

@@ -9,8 +9,8 @@
 // return a number to the host synchronise.
 //
 // defined in: gemm.cu, grouped_gemm.cu, elementwise.cu, column_gather.cu, reduce.cu, embedding.cu, rmsnorm.cu,
-// rope.cu, rmsnorm_rope.cu, copy_heads.cu, swiglu.cu, attention.cpp, cross_entropy.cu, softmax_stats.cu,
-// entropy.cu, adamw.cu, moe_permute.cu, moe_router.cu
+// rope.cu, rmsnorm_rope.cu, swiglu.cu, attention.cpp, cross_entropy.cu, softmax_stats.cu, entropy.cu, adamw.cu,
+// moe_permute.cu, moe_router.cu
 #pragma once
 
 #include <cstdint>
@@ -92,19 +92,6 @@ void rmsnorm_rope_forward(const Tensor& x, const Tensor& w, double eps, const Te
                           const Tensor& inv_freq, Tensor& y, Tensor& rstd);
 void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                            const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx, Tensor& dw);
-
-// Also rope.cu and rmsnorm_rope.cu: the same kernels over heads inside wider
-// rows (ops::HeadsView), through a row stride.
-void rope_forward(const ops::HeadsView& x, const Tensor& position_ids, const Tensor& inv_freq, Tensor& out);
-void rope_backward(const Tensor& dy, const Tensor& position_ids, const Tensor& inv_freq, const ops::HeadsView& dx);
-void rmsnorm_rope_forward(const ops::HeadsView& x, const Tensor& w, double eps, const Tensor& position_ids,
-                          const Tensor& inv_freq, Tensor& y, Tensor& rstd);
-void rmsnorm_rope_backward(const Tensor& dy, const ops::HeadsView& x, const Tensor& w, const Tensor& rstd,
-                           const Tensor& position_ids, const Tensor& inv_freq, const ops::HeadsView& dx, Tensor& dw);
-
-// copy_heads.cu. Any dtype, one 2-D copy on the current stream.
-void copy_heads(const ops::HeadsView& src, Tensor& dst);
-void copy_heads(const Tensor& src, const ops::HeadsView& dst);
 
 // swiglu.cu. bfloat16 or float32, one dtype.
 void swiglu_forward(const Tensor& gate_up, Tensor& out);

@@ -24,15 +24,9 @@
 // kernel's own grid: the same bits every run, but not necessarily the
 // unfused op's, whose grid may differ.
 //
-// x (and the backward's dx) may be heads inside wider rows (ops::HeadsView:
-// q or k inside a fused qkv): the kernels find a row's token and head anyway,
-// so a row's address is token * stride + head * D, which for a whole tensor
-// is the row * D of a contiguous one. y, rstd and dy stay contiguous.
-//
 // Other head dims (and tensors off the 16-byte grid) run the two CUDA ops in
 // sequence: the forward rotates y in place, the backward goes through a
-// temporary of dy's shape; heads inside wider rows are copied out (and dx
-// back in) around them.
+// temporary of dy's shape.
 #include <type_traits>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
@@ -63,13 +57,6 @@ __device__ __forceinline__ void fill_rope_table(const I* __restrict__ positions,
     const float position = float(positions[first_token + k / kHalf]);
     rope::cos_sin<T>(freq, position, k % kHalf, sign, cos_t[k], sin_t[k]);
   }
-}
-
-// Where row `row` (token-major, `heads` rows a token) of D elements starts in
-// a tensor whose tokens lie `stride` elements apart.
-__device__ __forceinline__ int64_t row_offset(uint32_t row, uint32_t heads, int64_t stride, int dim) {
-  const uint32_t token = row / heads;
-  return int64_t(token) * stride + int64_t(row - token * heads) * dim;
 }
 
 // The tokens of rows [first_row, min(first_row + count, rows)), rows being
@@ -103,14 +90,13 @@ __device__ __forceinline__ void rotate_row(const float (&v)[8], const float* cos
 }
 
 // y = rope(rmsnorm(x)) for rows of D = 8L; one row a team, kForwardThreads / L
-// rows a block, x's tokens x_stride elements apart. TX types x, TW types w
-// and y. The row's loads go out before the block computes its cos/sin
-// table, which they then overlap. Eight blocks an SM (32 registers a thread)
-// where that needs no spills: all but all-float32 rows, whose packs take
-// twice the registers.
+// rows a block. TX types x, TW types w and y. The row's loads go out before
+// the block computes its cos/sin table, which they then overlap. Eight
+// blocks an SM (32 registers a thread) where that needs no spills: all but
+// all-float32 rows, whose packs take twice the registers.
 template <typename TX, typename TW, typename I, int L>
 __global__ void __launch_bounds__(kForwardThreads, sizeof(TX) + sizeof(TW) == 8 ? 6 : 8)
-    rmsnorm_rope_forward_kernel(const TX* __restrict__ x, int64_t x_stride, const TW* __restrict__ w, float eps,
+    rmsnorm_rope_forward_kernel(const TX* __restrict__ x, const TW* __restrict__ w, float eps,
                                 const I* __restrict__ positions, const __grid_constant__ rope::Frequencies freq,
                                 uint32_t rows, uint32_t heads, TW* __restrict__ y, float* __restrict__ rstd) {
   constexpr int kTeams = kForwardThreads / L, kHalf = 4 * L, kDim = 8 * L;
@@ -123,7 +109,7 @@ __global__ void __launch_bounds__(kForwardThreads, sizeof(TX) + sizeof(TW) == 8 
   const unsigned mask = team_mask<L>();
   RowGroups<TX, 1> xv;
   float wv[8], v[8];
-  if (in_rows) xv.template load<L>(x + row_offset(row, heads, x_stride, kDim), kDim, lane);
+  if (in_rows) xv.template load<L>(x + int64_t(row) * kDim, kDim, lane);
   load8(w + lane * 8, wv);
   fill_rope_table<TW, I, kHalf>(positions, freq, first_token,
                                 tokens_spanned(first_row, first_token, kTeams, rows, heads), 1.0f, cos_s, sin_s);
@@ -147,15 +133,13 @@ __global__ void __launch_bounds__(kForwardThreads, sizeof(TX) + sizeof(TW) == 8 
 // norm's backward of the row. Block b's teams take rows b * teams onwards,
 // then every (gridDim.x * teams)-th row after, as rmsnorm.cu's team backward
 // does; each turn the block issues its rows' loads, then fills the cos/sin
-// tables of those rows. x's and dx's tokens lie x_stride and dx_stride
-// elements apart. dw_partials [gridDim.x, D] gets the block's partial.
+// tables of those rows. dw_partials [gridDim.x, D] gets the block's partial.
 template <typename TX, typename TW, typename I, int L>
 __global__ void __launch_bounds__(kBackwardThreads)
-    rmsnorm_rope_backward_kernel(const TW* __restrict__ dy, const TX* __restrict__ x, int64_t x_stride,
-                                 const TW* __restrict__ w, const float* __restrict__ rstd,
-                                 const I* __restrict__ positions, const __grid_constant__ rope::Frequencies freq,
-                                 uint32_t rows, uint32_t heads, TX* __restrict__ dx, int64_t dx_stride,
-                                 float* __restrict__ dw_partials) {
+    rmsnorm_rope_backward_kernel(const TW* __restrict__ dy, const TX* __restrict__ x, const TW* __restrict__ w,
+                                 const float* __restrict__ rstd, const I* __restrict__ positions,
+                                 const __grid_constant__ rope::Frequencies freq, uint32_t rows, uint32_t heads,
+                                 TX* __restrict__ dx, float* __restrict__ dw_partials) {
   constexpr int kTeams = kBackwardThreads / L, kHalf = 4 * L, kDim = 8 * L;
   __shared__ __align__(16) float cos_s[kTeams * kHalf];
   __shared__ __align__(16) float sin_s[kTeams * kHalf];
@@ -173,7 +157,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
     RowGroups<TW, 1> dyv;
     float r = 0.f;
     if (in_rows) {
-      xv.template load<L>(x + row_offset(row, heads, x_stride, kDim), kDim, lane);
+      xv.template load<L>(x + int64_t(row) * kDim, kDim, lane);
       dyv.template load<L>(dy + int64_t(row) * kDim, kDim, lane);
       r = rstd[row];
     }
@@ -189,8 +173,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
 #pragma unroll
       for (int i = 0; i < 8; ++i) g[i] = to_float(from_float<TW>(g[i]));
       backward_row<TX, TW, L, 1>(
-          xv, [&](int, int i) { return g[i]; }, w, r, kDim, lane, mask, acc,
-          dx + row_offset(row, heads, dx_stride, kDim));
+          xv, [&](int, int i) { return g[i]; }, w, r, kDim, lane, mask, acc, dx + int64_t(row) * kDim);
     }
     __syncthreads();  // the next turn's tables overwrite these
   }
@@ -217,75 +200,53 @@ bool fused_head_dim(int64_t dim) { return dispatch_lanes(dim, [](auto) {}); }
 // f(TX{}, TW{}, I{}, lanes) for x's and w's dtypes, position_ids' index type and
 // the team width of x's head dim: the four template arguments of both kernels.
 template <typename F>
-void dispatch_kernel(const ops::HeadsView& x, const Tensor& w, const Tensor& position_ids, const char* op, F&& f) {
-  dispatch_x_w(x.all.dtype(), w.dtype(), op, [&](auto xtag, auto wtag) {
-    dispatch_index(position_ids.dtype(), op, [&](auto itag) {
-      dispatch_lanes(x.all.size(2), [&](auto lanes) { f(xtag, wtag, itag, lanes); });
-    });
+void dispatch_kernel(const Tensor& x, const Tensor& w, const Tensor& position_ids, const char* op, F&& f) {
+  dispatch_x_w(x.dtype(), w.dtype(), op, [&](auto xtag, auto wtag) {
+    dispatch_index(position_ids.dtype(), op,
+                   [&](auto itag) { dispatch_lanes(x.size(2), [&](auto lanes) { f(xtag, wtag, itag, lanes); }); });
   });
 }
 
-// The checks both directions share: x [N, heads, D] (its heads inside rows of
-// its tensor) with D even, w [D], rstd [N * heads] float32, position_ids [N];
-// x and w dtypes as RMSNorm takes them.
-void check_shapes(const char* op, const ops::HeadsView& x, const Tensor& w, const Tensor& rstd,
-                  const Tensor& position_ids) {
-  check_cuda(x.all, op, "x");
-  check_cuda_same(x.all, w, op, "w");
-  check_cuda_same(x.all, rstd, op, "rstd");
-  check_cuda_same(x.all, position_ids, op, "position_ids");
-  BB_CHECK(x.all.dim() == 3, op, ": x must be [N, heads, D], got ", shape_str(x.all.shape()));
-  BB_CHECK(x.first >= 0 && x.count >= 0 && x.first + x.count <= x.all.size(1), op, ": heads [", x.first, ", ",
-           x.first + x.count, ") are not within x's ", shape_str(x.all.shape()));
-  const int64_t tokens = x.all.size(0), dim = x.all.size(2);
+// The checks both directions share: x [N, heads, D] with D even, w [D],
+// rstd [N * heads] float32, position_ids [N]; x and w dtypes as RMSNorm takes them.
+void check_shapes(const char* op, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& position_ids) {
+  check_cuda(x, op, "x");
+  check_cuda_same(x, w, op, "w");
+  check_cuda_same(x, rstd, op, "rstd");
+  check_cuda_same(x, position_ids, op, "position_ids");
+  BB_CHECK(x.dim() == 3, op, ": x must be [N, heads, D], got ", shape_str(x.shape()));
+  const int64_t tokens = x.size(0), dim = x.size(2);
   BB_CHECK(dim % 2 == 0, op, ": head dimension ", dim, " is odd");
   BB_CHECK(w.dim() == 1 && w.size(0) == dim, op, ": w has shape ", shape_str(w.shape()), ", expected [", dim, "]");
-  BB_CHECK(rstd.numel() == tokens * x.count, op, ": rstd has ", rstd.numel(), " elements for ", tokens * x.count,
+  BB_CHECK(rstd.numel() == tokens * x.size(1), op, ": rstd has ", rstd.numel(), " elements for ", tokens * x.size(1),
            " rows");
   check_dtype_in(rstd, op, "rstd", {DType::F32});
   BB_CHECK(position_ids.dim() == 1 && position_ids.size(0) == tokens, op, ": position_ids has shape ",
            shape_str(position_ids.shape()), ", expected [", tokens, "]");
-  check_x_w_dtypes(x.all.dtype(), w.dtype(), op);
-}
-
-// The shape [N, count, D] of a view's heads.
-Shape heads_shape(const ops::HeadsView& v) { return {v.all.size(0), v.count, v.all.size(2)}; }
-
-bool whole(const ops::HeadsView& v) { return v.first == 0 && v.count == v.all.size(1); }
-
-ops::HeadsView all_heads(const Tensor& x) { return {x, 0, x.dim() == 3 ? x.size(1) : 0}; }
-
-// The view's heads as a contiguous tensor: its own for a whole tensor, else a copy.
-Tensor contiguous_heads(const ops::HeadsView& v) {
-  if (whole(v)) return v.all;
-  Tensor out = Tensor::empty(heads_shape(v), v.all.dtype(), v.all.device());
-  cuda::copy_heads(v, out);
-  return out;
+  check_x_w_dtypes(x.dtype(), w.dtype(), op);
 }
 
 }  // namespace
 
-void rmsnorm_rope_forward(const ops::HeadsView& x, const Tensor& w, double eps, const Tensor& position_ids,
+void rmsnorm_rope_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& position_ids,
                           const Tensor& inv_freq, Tensor& y, Tensor& rstd) {
   const char* op = "rmsnorm_rope_forward";
   check_shapes(op, x, w, rstd, position_ids);
-  check_cuda_same(x.all, y, op, "y");
-  BB_CHECK(y.shape() == heads_shape(x), op, ": y has shape ", shape_str(y.shape()), ", expected x's ",
-           shape_str(heads_shape(x)));
+  check_cuda_same(x, y, op, "y");
+  BB_CHECK(y.shape() == x.shape(), op, ": y has shape ", shape_str(y.shape()), ", expected x's ",
+           shape_str(x.shape()));
   BB_CHECK(y.dtype() == w.dtype(), op, ": y is ", dtype_name(y.dtype()), " but w is ", dtype_name(w.dtype()),
            "; y takes w's dtype");
-  const int64_t heads = x.count, dim = x.all.size(2), rows = x.all.size(0) * heads;
-  const rope::Frequencies freq = rope::frequencies(inv_freq, dim / 2, x.all, op);
-  // Rows of D = 64..256 elements inside rows of a multiple of D stay on the
-  // 16-byte grid of their tensor's first row.
-  if (!fused_head_dim(dim) || !aligned16(x.all.raw()) || !aligned16(w.raw()) || !aligned16(y.raw())) {
-    rmsnorm_forward(contiguous_heads(x), w, eps, y, rstd);
-    cuda::rope_forward(y, position_ids, inv_freq, y);
+  const int64_t heads = x.size(1), dim = x.size(2), rows = x.size(0) * heads;
+  const rope::Frequencies freq = rope::frequencies(inv_freq, dim / 2, x, op);
+  if (!fused_head_dim(dim) || !aligned16(x.raw()) || !aligned16(w.raw()) || !aligned16(y.raw())) {
+    rmsnorm_forward(x, w, eps, y, rstd);
+    rope_forward(y, position_ids, inv_freq, y);
     return;
   }
   if (rows == 0) return;
   BB_CHECK(rows <= INT32_MAX, op, ": too many rows (", rows, ")");
-  DeviceGuard guard(x.all.device().index);
+  DeviceGuard guard(x.device().index);
   cudaStream_t stream = current_stream();
   dispatch_kernel(x, w, position_ids, op, [&](auto xtag, auto wtag, auto itag, auto lanes) {
     using TX = decltype(xtag);
@@ -293,45 +254,41 @@ void rmsnorm_rope_forward(const ops::HeadsView& x, const Tensor& w, double eps, 
     using I = decltype(itag);
     constexpr int L = decltype(lanes)::value, kTeams = kForwardThreads / L;
     const int64_t blocks = (rows + kTeams - 1) / kTeams;
-    const rope::HeadRows<const TX> xr(x);
     rmsnorm_rope_forward_kernel<TX, TW, I, L><<<unsigned(blocks), kForwardThreads, 0, stream>>>(
-        xr.data, xr.stride, static_cast<const TW*>(w.raw()), float(eps), static_cast<const I*>(position_ids.raw()),
-        freq, uint32_t(rows), uint32_t(heads), static_cast<TW*>(y.raw()), static_cast<float*>(rstd.raw()));
+        static_cast<const TX*>(x.raw()), static_cast<const TW*>(w.raw()), float(eps),
+        static_cast<const I*>(position_ids.raw()), freq, uint32_t(rows), uint32_t(heads), static_cast<TW*>(y.raw()),
+        static_cast<float*>(rstd.raw()));
   });
   CUDA_CHECK_LAUNCH(op);
 }
 
-void rmsnorm_rope_backward(const Tensor& dy, const ops::HeadsView& x, const Tensor& w, const Tensor& rstd,
-                           const Tensor& position_ids, const Tensor& inv_freq, const ops::HeadsView& dx, Tensor& dw) {
+void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                           const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx, Tensor& dw) {
   const char* op = "rmsnorm_rope_backward";
   check_shapes(op, x, w, rstd, position_ids);
-  check_cuda_same(x.all, dy, op, "dy");
-  check_cuda_same(x.all, dx.all, op, "dx");
-  check_cuda_same(x.all, dw, op, "dw");
-  BB_CHECK(dx.all.dim() == 3 && dx.first >= 0 && dx.count >= 0 && dx.first + dx.count <= dx.all.size(1), op,
-           ": dx's heads [", dx.first, ", ", dx.first + dx.count, ") are not within its ", shape_str(dx.all.shape()));
-  BB_CHECK(dy.shape() == heads_shape(x) && heads_shape(dx) == heads_shape(x), op, ": dy ", shape_str(dy.shape()),
-           " and dx's heads ", shape_str(heads_shape(dx)), " must have the shape of x's ", shape_str(heads_shape(x)));
+  check_cuda_same(x, dy, op, "dy");
+  check_cuda_same(x, dx, op, "dx");
+  check_cuda_same(x, dw, op, "dw");
+  BB_CHECK(dy.shape() == x.shape() && dx.shape() == x.shape(), op, ": dy ", shape_str(dy.shape()), " and dx ",
+           shape_str(dx.shape()), " must have x's shape ", shape_str(x.shape()));
   BB_CHECK(dw.shape() == w.shape(), op, ": dw has shape ", shape_str(dw.shape()), ", expected w's ",
            shape_str(w.shape()));
   check_dtype_in(dw, op, "dw", {DType::F32, DType::BF16});
-  BB_CHECK(dx.all.dtype() == x.all.dtype() && dy.dtype() == w.dtype(), op,
-           ": dx takes x's dtype and dy w's, got dy ", dtype_name(dy.dtype()), ", x ", dtype_name(x.all.dtype()),
-           ", w ", dtype_name(w.dtype()), ", dx ", dtype_name(dx.all.dtype()));
-  const int64_t heads = x.count, dim = x.all.size(2), rows = x.all.size(0) * heads;
-  const rope::Frequencies freq = rope::frequencies(inv_freq, dim / 2, x.all, op);
-  if (!fused_head_dim(dim) || !aligned16(dy.raw()) || !aligned16(x.all.raw()) || !aligned16(w.raw()) ||
-      !aligned16(dx.all.raw())) {
+  BB_CHECK(dx.dtype() == x.dtype() && dy.dtype() == w.dtype(), op, ": dx takes x's dtype and dy w's, got dy ",
+           dtype_name(dy.dtype()), ", x ", dtype_name(x.dtype()), ", w ", dtype_name(w.dtype()), ", dx ",
+           dtype_name(dx.dtype()));
+  const int64_t heads = x.size(1), dim = x.size(2), rows = x.size(0) * heads;
+  const rope::Frequencies freq = rope::frequencies(inv_freq, dim / 2, x, op);
+  if (!fused_head_dim(dim) || !aligned16(dy.raw()) || !aligned16(x.raw()) || !aligned16(w.raw()) ||
+      !aligned16(dx.raw())) {
     Tensor dnorm = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-    cuda::rope_backward(dy, position_ids, inv_freq, dnorm);
-    Tensor d = whole(dx) ? dx.all : Tensor::empty(heads_shape(dx), dx.all.dtype(), dx.all.device());
-    rmsnorm_backward(dnorm, contiguous_heads(x), w, rstd, d, dw);
-    if (!whole(dx)) cuda::copy_heads(d, dx);
+    rope_backward(dy, position_ids, inv_freq, dnorm);
+    rmsnorm_backward(dnorm, x, w, rstd, dx, dw);
     return;
   }
   if (rows == 0) return;
   BB_CHECK(rows <= INT32_MAX, op, ": too many rows (", rows, ")");
-  DeviceGuard guard(x.all.device().index);
+  DeviceGuard guard(x.device().index);
   cudaStream_t stream = current_stream();
   Tensor partials;
   dispatch_kernel(x, w, position_ids, op, [&](auto xtag, auto wtag, auto itag, auto lanes) {
@@ -341,26 +298,14 @@ void rmsnorm_rope_backward(const Tensor& dy, const ops::HeadsView& x, const Tens
     constexpr int L = decltype(lanes)::value;
     auto kernel = rmsnorm_rope_backward_kernel<TX, TW, I, L>;
     const int blocks = backward_blocks(kernel, rows, kBackwardThreads / L, 0);
-    partials = Tensor::empty({int64_t(blocks), dim}, DType::F32, x.all.device());
-    const rope::HeadRows<const TX> xr(x);
-    const rope::HeadRows<TX> dxr(dx);
+    partials = Tensor::empty({int64_t(blocks), dim}, DType::F32, x.device());
     kernel<<<blocks, kBackwardThreads, 0, stream>>>(
-        static_cast<const TW*>(dy.raw()), xr.data, xr.stride, static_cast<const TW*>(w.raw()),
+        static_cast<const TW*>(dy.raw()), static_cast<const TX*>(x.raw()), static_cast<const TW*>(w.raw()),
         static_cast<const float*>(rstd.raw()), static_cast<const I*>(position_ids.raw()), freq, uint32_t(rows),
-        uint32_t(heads), dxr.data, dxr.stride, static_cast<float*>(partials.raw()));
+        uint32_t(heads), static_cast<TX*>(dx.raw()), static_cast<float*>(partials.raw()));
   });
   CUDA_CHECK_LAUNCH(op);
   add_partials(partials, dw, stream, "rmsnorm_rope_backward (dw)");
-}
-
-void rmsnorm_rope_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& position_ids,
-                          const Tensor& inv_freq, Tensor& y, Tensor& rstd) {
-  cuda::rmsnorm_rope_forward(all_heads(x), w, eps, position_ids, inv_freq, y, rstd);
-}
-
-void rmsnorm_rope_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                           const Tensor& position_ids, const Tensor& inv_freq, Tensor& dx, Tensor& dw) {
-  cuda::rmsnorm_rope_backward(dy, all_heads(x), w, rstd, position_ids, inv_freq, all_heads(dx), dw);
 }
 
 }  // namespace bb::cuda

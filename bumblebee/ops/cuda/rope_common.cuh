@@ -1,8 +1,7 @@
 // The pieces of rotary position embedding that rope.cu and the fused
 // RMSNorm + RoPE kernels (rmsnorm_rope.cu) share, so that a fused kernel
 // rotates to rope.cu's bits: inv_freq as a kernel receives it, cos/sin of
-// one angle rounded as HF rounds them, the rotation of one pair, and how a
-// kernel addresses heads inside wider rows (q or k inside a fused qkv).
+// one angle rounded as HF rounds them, and the rotation of one pair.
 //
 // The rotation's two products and one sum are written as explicit fma and
 // mul: left to the compiler, `a * c - b * s` may be contracted into an fma
@@ -12,7 +11,6 @@
 #include <vector>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
-#include "bumblebee/ops/ops.h"
 
 namespace bb::cuda::rope {
 
@@ -45,17 +43,6 @@ inline Frequencies frequencies(const Tensor& inv_freq, int64_t half, const Tenso
   }
   return freq;
 }
-
-// Heads [first, first + count) of a view's tensor [N, H, D] as a kernel
-// addresses them: `data` at token 0's first head, tokens `stride` = H * D
-// elements apart (for a whole tensor, count * D: contiguous rows).
-template <typename T>
-struct HeadRows {
-  T* data;
-  int64_t stride;
-  explicit HeadRows(const ops::HeadsView& v)
-      : data(static_cast<T*>(v.all.raw()) + v.first * v.all.size(2)), stride(v.all.size(1) * v.all.size(2)) {}
-};
 
 // cos and sign * sin of the angle position * inv_freq[i]: the angle is the
 // fp32 product, and cos/sin are rounded to the activation dtype T before

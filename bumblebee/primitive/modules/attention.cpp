@@ -22,20 +22,13 @@ SelfAttention::SelfAttention(ParamStore& store, const std::string& prefix, const
       cp_(&pc.cp()),
       heads_local_(heads_per_rank(cfg.num_heads, pc.tp().size(), "num_attention_heads")),
       kv_heads_local_(heads_per_rank(cfg.num_kv_heads, pc.tp().size(), "num_key_value_heads")),
-      store_(&store),
-      q_proj_(store, prefix + "q_proj.weight", cfg.hidden, cfg.num_heads * cfg.head_dim, pc.tp(), false),
-      k_proj_(store, prefix + "k_proj.weight", cfg.hidden, cfg.num_kv_heads * cfg.head_dim, pc.tp(), false),
-      v_proj_(store, prefix + "v_proj.weight", cfg.hidden, cfg.num_kv_heads * cfg.head_dim, pc.tp(), false),
+      q_proj_(store, prefix + "q_proj.weight", cfg.hidden, cfg.num_heads * cfg.head_dim, pc.tp()),
+      k_proj_(store, prefix + "k_proj.weight", cfg.hidden, cfg.num_kv_heads * cfg.head_dim, pc.tp()),
+      v_proj_(store, prefix + "v_proj.weight", cfg.hidden, cfg.num_kv_heads * cfg.head_dim, pc.tp()),
       o_proj_(store, prefix + "o_proj.weight", cfg.num_heads * cfg.head_dim, cfg.hidden, pc.tp()),
       inv_freq_(inv_freq) {
   BB_CHECK(cfg.num_heads % cfg.num_kv_heads == 0, "num_attention_heads ", cfg.num_heads,
            " is not divisible by num_key_value_heads ", cfg.num_kv_heads);
-  // Checkpoints still name q_proj, k_proj and v_proj; only their storage is
-  // one operand, and their adapters follow it.
-  store.keep_together(q_proj_.weight(), v_proj_.weight());
-  q_proj_.declare_lora(store, pc.tp());
-  k_proj_.declare_lora(store, pc.tp());
-  v_proj_.declare_lora(store, pc.tp());
   if (cfg.qk_norm) {
     q_norm_.emplace(store, prefix + "q_norm.weight", cfg.head_dim, cfg.norm_eps);
     k_norm_.emplace(store, prefix + "k_norm.weight", cfg.head_dim, cfg.norm_eps);
@@ -43,17 +36,13 @@ SelfAttention::SelfAttention(ParamStore& store, const std::string& prefix, const
 }
 
 Tensor SelfAttention::forward(const Tensor& x, const SequenceLayout& seq, Saved& s) {
-  const int64_t D = cfg_.head_dim, q_cols = heads_local_ * D, kv_cols = kv_heads_local_ * D;
+  const int64_t D = cfg_.head_dim;
   s.x_full = tp_->enter(x);
   const int64_t T = s.x_full.size(0);
-  Tensor qkv = linear_forward(s.x_full, qkv_weight());
-  if (LoraAdapter* a = q_proj_.lora()) a->forward(s.x_full, qkv, 0, seq.lora_dropout);
-  if (LoraAdapter* a = k_proj_.lora()) a->forward(s.x_full, qkv, q_cols, seq.lora_dropout);
-  if (LoraAdapter* a = v_proj_.lora()) a->forward(s.x_full, qkv, q_cols + kv_cols, seq.lora_dropout);
-  qkv = qkv.view({T, heads_local_ + 2 * kv_heads_local_, D});
-  rotate_qk(qkv, seq, s);
-  s.v = Tensor::empty({T, kv_heads_local_, D}, qkv.dtype(), qkv.device());
-  ops::copy_heads({qkv, heads_local_ + kv_heads_local_, kv_heads_local_}, s.v);
+  const Tensor q = q_proj_.forward(s.x_full, seq.lora_dropout).view({T, heads_local_, D});
+  const Tensor k = k_proj_.forward(s.x_full, seq.lora_dropout).view({T, kv_heads_local_, D});
+  s.v = v_proj_.forward(s.x_full, seq.lora_dropout).view({T, kv_heads_local_, D});
+  rotate_qk(q, k, seq, s);
   core_attention(seq, s);
   Tensor y = o_proj_.forward(s.out.view({T, heads_local_ * D}), seq.lora_dropout);
   if (cfg_.recompute_core_attention) s.out = s.lse = Tensor();
@@ -61,19 +50,17 @@ Tensor SelfAttention::forward(const Tensor& x, const SequenceLayout& seq, Saved&
   return y;
 }
 
-// The attention's q and k from qkv [T, Hq + 2 Hkv, D]: with qk_norm each
-// head's norm and RoPE in one op (the norms keep qkv and rstd), else RoPE
-// alone; both read q and k in place inside qkv.
-void SelfAttention::rotate_qk(const Tensor& qkv, const SequenceLayout& seq, Saved& s) const {
-  const ops::HeadsView q{qkv, 0, heads_local_}, k{qkv, heads_local_, kv_heads_local_};
+// The attention's q and k from the projections: with qk_norm each head's
+// norm and RoPE in one op (the norms keep the projections and rstd), else
+// RoPE alone.
+void SelfAttention::rotate_qk(const Tensor& q, const Tensor& k, const SequenceLayout& seq, Saved& s) const {
   if (cfg_.qk_norm) {
     s.q = q_norm_->forward_rope(q, seq.position_ids, inv_freq_, s.q_norm);
     s.k = k_norm_->forward_rope(k, seq.position_ids, inv_freq_, s.k_norm);
     return;
   }
-  const int64_t T = qkv.size(0), D = qkv.size(2);
-  s.q = Tensor::empty({T, heads_local_, D}, qkv.dtype(), qkv.device());
-  s.k = Tensor::empty({T, kv_heads_local_, D}, qkv.dtype(), qkv.device());
+  s.q = Tensor::empty(q.shape(), q.dtype(), q.device());
+  s.k = Tensor::empty(k.shape(), k.dtype(), k.device());
   ops::rope_forward(q, seq.position_ids, inv_freq_, s.q);
   ops::rope_forward(k, seq.position_ids, inv_freq_, s.k);
 }
@@ -110,29 +97,17 @@ Tensor SelfAttention::backward(const Tensor& dy, const SequenceLayout& seq, Save
   } else {
     ops::attention_backward(d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.max_seqlen, scale, dq, dk, dv);
   }
-  // dq, dk and dv into their heads of one d_qkv, for one dgrad and one wgrad GEMM.
-  const int64_t Hq = heads_local_, Hkv = kv_heads_local_, q_cols = Hq * D, kv_cols = Hkv * D;
-  Tensor d_qkv = Tensor::empty({T, Hq + 2 * Hkv, D}, dy.dtype(), dy.device());
-  const ops::HeadsView d_q{d_qkv, 0, Hq}, d_k{d_qkv, Hq, Hkv};
   if (cfg_.qk_norm) {
-    q_norm_->backward_rope(dq, s.q_norm, seq.position_ids, inv_freq_, d_q);
-    k_norm_->backward_rope(dk, s.k_norm, seq.position_ids, inv_freq_, d_k);
+    dq = q_norm_->backward_rope(dq, s.q_norm, seq.position_ids, inv_freq_);
+    dk = k_norm_->backward_rope(dk, s.k_norm, seq.position_ids, inv_freq_);
   } else {
-    ops::rope_backward(dq, seq.position_ids, inv_freq_, d_q);
-    ops::rope_backward(dk, seq.position_ids, inv_freq_, d_k);
+    ops::rope_backward(dq, seq.position_ids, inv_freq_, dq);
+    ops::rope_backward(dk, seq.position_ids, inv_freq_, dk);
   }
-  ops::copy_heads(dv, {d_qkv, Hq + Hkv, Hkv});
-  d_qkv = d_qkv.view({T, q_cols + 2 * kv_cols});
-  if (LoraAdapter* a = q_proj_.lora()) d_qkv = a->output_grad(d_qkv, s.x_full, 0);
-  if (LoraAdapter* a = k_proj_.lora()) d_qkv = a->output_grad(d_qkv, s.x_full, q_cols);
-  if (LoraAdapter* a = v_proj_.lora()) d_qkv = a->output_grad(d_qkv, s.x_full, q_cols + kv_cols);
-  Tensor dw = store_->fused_grad(q_proj_.weight(), v_proj_.weight());
   Tensor dx_full;
-  linear_backward(d_qkv, s.x_full, qkv_weight(), dw, dx_full, false,
-                  store_->fused_grad_beta(q_proj_.weight(), v_proj_.weight()));
-  if (LoraAdapter* a = q_proj_.lora()) a->backward(d_qkv, s.x_full, dx_full, 0, seq.lora_dropout);
-  if (LoraAdapter* a = k_proj_.lora()) a->backward(d_qkv, s.x_full, dx_full, q_cols, seq.lora_dropout);
-  if (LoraAdapter* a = v_proj_.lora()) a->backward(d_qkv, s.x_full, dx_full, q_cols + kv_cols, seq.lora_dropout);
+  q_proj_.backward(dq.view({T, heads_local_ * D}), s.x_full, dx_full, false, seq.lora_dropout);
+  k_proj_.backward(dk.view({T, kv_heads_local_ * D}), s.x_full, dx_full, true, seq.lora_dropout);
+  v_proj_.backward(dv.view({T, kv_heads_local_ * D}), s.x_full, dx_full, true, seq.lora_dropout);
   return tp_->enter_backward(dx_full);
 }
 

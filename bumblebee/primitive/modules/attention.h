@@ -3,13 +3,6 @@
 // GQA attention over packed sequences, and the row-parallel output
 // projection.
 //
-// The q, k and v weights are adjacent in the parameter store (one fused
-// operand, as SwiGLUMLP's gate|up), so the projections run as one GEMM into
-// qkv [T, Hq + 2 Hkv, D] (this rank's heads) and backward as one dgrad and
-// one wgrad GEMM from one d_qkv. The norms and RoPE read q and k out of qkv
-// and write dq and dk into d_qkv through the row stride (ops::HeadsView);
-// attention takes contiguous tensors, so v is copied out and dv in.
-//
 // Heads are split over tp ranks: rank r holds query heads [r*Hq/tp, ...) and
 // the kv heads they read, so GQA groups never straddle ranks. With cp > 1 the
 // tokens are zigzag chunks of every sequence and the core attention is ring
@@ -43,8 +36,8 @@ struct AttentionConfig {
 
 class SelfAttention {
  public:
-  // q and k are the attention's (after norm and RoPE), v a copy of qkv's v
-  // heads; with qk_norm the whole qkv is kept once, as the norms' input.
+  // q and k are the attention's (after norm and RoPE); with qk_norm the
+  // projections' outputs are kept once, as the norms' inputs.
   struct Saved {
     Tensor x_full, q, k, v, out, lse;
     RMSNorm::Saved q_norm, k_norm;
@@ -62,15 +55,12 @@ class SelfAttention {
   TensorParallel* tp_;
   dist::Communicator* cp_;
   int64_t heads_local_, kv_heads_local_;
-  ParamStore* store_;
   ColumnParallelLinear q_proj_, k_proj_, v_proj_;
   RowParallelLinear o_proj_;
   std::optional<RMSNorm> q_norm_, k_norm_;
   Tensor inv_freq_;
 
-  // The fused q|k|v operand: this rank's rows of the three weights.
-  Tensor qkv_weight() { return store_->fused_value(q_proj_.weight(), v_proj_.weight()); }
-  void rotate_qk(const Tensor& qkv, const SequenceLayout& seq, Saved& s) const;
+  void rotate_qk(const Tensor& q, const Tensor& k, const SequenceLayout& seq, Saved& s) const;
   void core_attention(const SequenceLayout& seq, Saved& s);
 };
 

@@ -55,29 +55,27 @@ Tensor RMSNorm::backward(const Tensor& dy, const Saved& s, const Tensor& residua
   return dx.view(dy.shape());
 }
 
-Tensor RMSNorm::forward_rope(const ops::HeadsView& x, const Tensor& position_ids, const Tensor& inv_freq,
-                             Saved& s) const {
-  Tensor y = Tensor::empty({x.all.size(0), x.count, x.all.size(2)}, weight_->value.dtype(), x.all.device());
-  s.x = x.all;
-  s.first_head = x.first;
-  s.heads = x.count;
-  s.rstd = Tensor::empty({y.numel() / weight_->local_shape[0]}, stat_dtype(x.all.dtype()), x.all.device());
+Tensor RMSNorm::forward_rope(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Saved& s) const {
+  Tensor y = Tensor::empty(x.shape(), weight_->value.dtype(), x.device());
+  s.x = x;
+  s.rstd = Tensor::empty({x.numel() / weight_->local_shape[0]}, stat_dtype(x.dtype()), x.device());
   ops::rmsnorm_rope_forward(x, weight_->value, eps_, position_ids, inv_freq, y, s.rstd);
   return y;
 }
 
 Tensor RMSNorm::recompute_rope(const Saved& s, const Tensor& position_ids, const Tensor& inv_freq) const {
   BB_CHECK(s.x.defined(), "RMSNorm ", weight_->name, ": recompute without a saved forward");
-  Tensor y = Tensor::empty({s.x.size(0), s.heads, s.x.size(2)}, weight_->value.dtype(), s.x.device());
+  Tensor y = Tensor::empty(s.x.shape(), weight_->value.dtype(), s.x.device());
   Tensor rstd = Tensor::empty(s.rstd.shape(), s.rstd.dtype(), s.x.device());
-  ops::rmsnorm_rope_forward(s.heads_view(), weight_->value, eps_, position_ids, inv_freq, y, rstd);
+  ops::rmsnorm_rope_forward(s.x, weight_->value, eps_, position_ids, inv_freq, y, rstd);
   return y;
 }
 
-void RMSNorm::backward_rope(const Tensor& dy, const Saved& s, const Tensor& position_ids, const Tensor& inv_freq,
-                            const ops::HeadsView& dx) {
+Tensor RMSNorm::backward_rope(const Tensor& dy, const Saved& s, const Tensor& position_ids, const Tensor& inv_freq) {
+  Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype(), dy.device());
   Tensor dw = weight_grad();
-  ops::rmsnorm_rope_backward(dy, s.heads_view(), weight_->value, s.rstd, position_ids, inv_freq, dx, dw);
+  ops::rmsnorm_rope_backward(dy, s.x, weight_->value, s.rstd, position_ids, inv_freq, dx, dw);
+  return dx;
 }
 
 // The fused kernels always produce the weight gradient; a frozen weight's

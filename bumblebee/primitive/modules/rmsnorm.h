@@ -3,7 +3,6 @@
 
 #include <string>
 
-#include "bumblebee/ops/ops.h"
 #include "bumblebee/primitive/modules/parameter.h"
 
 namespace bb {
@@ -12,9 +11,6 @@ class RMSNorm {
  public:
   struct Saved {
     Tensor x, rstd;
-    // The rope variants' heads of x [T, H, dim]: [first_head, first_head + heads).
-    int64_t first_head = 0, heads = 0;
-    ops::HeadsView heads_view() const { return {x, first_head, heads}; }
   };
   RMSNorm(ParamStore& store, const std::string& name, int64_t dim, double eps);
   Parameter& weight() { return *weight_; }
@@ -43,15 +39,11 @@ class RMSNorm {
   // The same three for the norm followed by rotary embedding, as one op
   // (ops::rmsnorm_rope_forward / _backward): x [T, heads, dim] normalised per
   // head, then rotated by the angles of position_ids and inv_freq, as
-  // ops::rope_forward does (Qwen3's q/k norms). x is a heads view: q or k
-  // inside the fused qkv projection output, read through its row stride.
-  // Saved keeps the view (s.x its whole tensor, which the q and k norms
-  // share, and the head range) and rstd; backward_rope writes dx into the
-  // same heads of dx.all (the fused d_qkv), leaving its other heads alone.
-  Tensor forward_rope(const ops::HeadsView& x, const Tensor& position_ids, const Tensor& inv_freq, Saved& s) const;
+  // ops::rope_forward does (Qwen3's q/k norms). Saved holds x and rstd, as
+  // forward's does.
+  Tensor forward_rope(const Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, Saved& s) const;
   Tensor recompute_rope(const Saved& s, const Tensor& position_ids, const Tensor& inv_freq) const;
-  void backward_rope(const Tensor& dy, const Saved& s, const Tensor& position_ids, const Tensor& inv_freq,
-                     const ops::HeadsView& dx);
+  Tensor backward_rope(const Tensor& dy, const Saved& s, const Tensor& position_ids, const Tensor& inv_freq);
 
  private:
   Parameter* weight_;

@@ -92,9 +92,8 @@ Kept forward_backward_kept(const DecoderLayerConfig& cfg, bool recompute_mlp, co
 }
 
 // Per token, in values (float64 here, statistics included): the input norm's
-// rstd; the attention's input, the fused qkv projection output (q and k the
-// q/k norms' inputs) and the norms' rstds, the attention's copy of v, q and
-// k after norm and RoPE, the output and its lse;
+// rstd; the attention's input, q and k projections (the q/k norms' inputs)
+// and their rstds, v, q and k after norm and RoPE, the output and its lse;
 // the residual h (the pre-MLP norm's input) and its rstd; the MLP's input,
 // gate_up and h. The `layernorm` module drops both norm outputs and q, k
 // after RoPE; `mlp` drops h; `core_attn` the output and lse.
@@ -103,9 +102,8 @@ TEST(DecoderLayer, KeptBytesAreTheAuditsAndLayernormRecomputeGivesIdenticalGradi
   Generator gen(56);
   Tensor x = test::random_tensor(gen, {kTokens, kHidden}), dy = test::random_tensor(gen, {kTokens, kHidden});
   const auto bytes = [](int64_t per_token) { return size_t(kTokens * per_token * 8); };
-  const int64_t qkv = (Hq + 2 * Hkv) * D;
-  const int64_t none_per_token =
-      1 + (H + qkv + Hq + Hkv + Hkv * D + (Hq + Hkv) * D + Hq * D + Hq) + (H + 1) + (H + 2 * F + F);
+  const int64_t none_per_token = 1 + (H + 2 * Hq * D + 2 * Hkv * D + Hq + Hkv + Hkv * D + Hq * D + Hq) + (H + 1) +
+                                 (H + 2 * F + F);
   const int64_t norms = 2 * H + (Hq + Hkv) * D;
 
   const Kept none = forward_backward_kept(layer_config(RecomputeMode::None), false, x, dy);
