@@ -17,10 +17,10 @@
 //
 // backend.attention_backend (ops/attention_backend.h), or the environment
 // variable BB_ATTENTION_BACKEND over it, picks cudnn (cuDNN's fused attention
-// through cudnn-frontend; auto's choice in builds that found it: 527/435
-// TFLOP/s forward/backward on an H200 against 198/121 for our kernel,
-// benchmarks/RESULTS.md) or flash (our FlashAttention-2 kernels; auto's choice
-// when the build has no cuDNN). The variable is read at every call, so one
+// through cudnn-frontend; auto's choice in builds that found it: on an H200
+// the forwards are level, ~527 TFLOP/s at 2 x 16/8 heads of 128, and cuDNN's
+// backward leads ours 456 to 310 at 4 x 16/8, benchmarks/RESULTS.md) or flash
+// (our own kernels; auto's choice when the build has no cuDNN). The variable is read at every call, so one
 // process can compare both. Flash itself has two kernels a direction: on
 // compute capability 9.0 in builds with CUTLASS, the FlashAttention-3-style
 // sm_90a kernels run the forward of head dims (64, 64), (128, 128) and
