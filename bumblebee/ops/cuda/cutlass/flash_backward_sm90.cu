@@ -47,7 +47,7 @@ __global__ void row_stats_kernel(const __nv_bfloat16* __restrict__ out, const __
     const int64_t token = row / heads, head = row % heads;
     const float l = lse[row];
     dsum[head * tokens + token] = acc;
-    lse_log2[head * tokens + token] = l == -INFINITY ? INFINITY : l * fs::kLog2e;
+    lse_log2[head * tokens + token] = l == -INFINITY ? INFINITY : l * kLog2e;
   }
 }
 
@@ -94,7 +94,7 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
   p.cu_seqlens_kv = static_cast<const int*>(spans.cu_seqlens_kv.raw());
   p.causal = spans.mask == ops::AttentionMask::Causal;
   p.scale = float(scale);
-  p.scale_log2 = float(scale) * fs::kLog2e;
+  p.scale_log2 = float(scale) * kLog2e;
   p.lse_log2 = static_cast<const float*>(lse_log2.raw());
   p.dsum = static_cast<const float*>(dsum.raw());
   p.dq_accum = static_cast<float*>(dq_accum.raw());

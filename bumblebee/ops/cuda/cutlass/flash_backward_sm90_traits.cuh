@@ -5,24 +5,11 @@
 // parameters, and the key / query span of one block.
 #pragma once
 
-#include <cute/tensor.hpp>  // first: the atom headers below assume it
+#include "bumblebee/ops/cuda/cutlass/flash_sm90_cute.cuh"
 
-#include <cute/arch/mma_sm90.hpp>
-#include <cute/atom/copy_traits_sm90_tma.hpp>
-#include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cutlass/gemm/collective/builders/sm90_common.inl>
-#include <cutlass/numeric_types.h>
-#include <cutlass/pipeline/sm90_pipeline.hpp>
 
 namespace bb::cuda::flash_sm90 {
-
-// As in flash_forward_sm90_traits.cuh: cute's names before bb's.
-using namespace cute;
-using cute::Layout;
-using cute::Shape;
-using cute::Step;
-using cute::Stride;
-using cute::Tensor;
 
 // D is the head dim of q, k, v and dout alike (the backward takes (64, 64)
 // and (128, 128); (192, 128) stays on the FlashAttention-2 kernel, whose dK

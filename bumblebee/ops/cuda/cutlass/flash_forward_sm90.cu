@@ -50,7 +50,7 @@ void launch(const Tensor& q, const Tensor& k, const Tensor& v, const ops::Attent
   p.cu_seqlens_q = static_cast<const int*>(spans.cu_seqlens_q.raw());
   p.cu_seqlens_kv = static_cast<const int*>(spans.cu_seqlens_kv.raw());
   p.causal = spans.mask == ops::AttentionMask::Causal;
-  p.scale_log2 = float(scale) * fs::kLog2e;
+  p.scale_log2 = float(scale) * kLog2e;
   p.out = static_cast<Element*>(out.raw());
   p.lse = static_cast<float*>(lse.raw());
 

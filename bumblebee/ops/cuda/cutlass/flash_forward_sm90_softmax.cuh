@@ -16,18 +16,13 @@
 
 #include <cute/tensor.hpp>
 
+#include "bumblebee/ops/cuda/cuda_common.cuh"
+
 namespace bb::cuda::flash_sm90 {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// 2^x on the special-function unit, denormal results flushed to zero (a
-// probability below 2^-126 adds nothing to a bf16 product).
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+// kLog2e, kLn2 and exp2_ftz (ex2.approx.ftz: a probability below 2^-126 adds
+// nothing to a bf16 product) are cuda_common.cuh's, as the other softmax
+// kernels use them.
 
 // Sets to -inf the scores of keys at or past len_kv and, when causal, of keys
 // past the row's diagonal (query row i sees keys j <= i + shift). `coords`

@@ -4,24 +4,9 @@
 // parameters, and the query / key span of one block.
 #pragma once
 
-#include <cute/tensor.hpp>  // first: the atom headers below assume it
-
-#include <cute/arch/mma_sm90.hpp>
-#include <cute/atom/copy_traits_sm90_tma.hpp>
-#include <cute/atom/mma_traits_sm90_gmma.hpp>
-#include <cutlass/numeric_types.h>
-#include <cutlass/pipeline/sm90_pipeline.hpp>
+#include "bumblebee/ops/cuda/cutlass/flash_sm90_cute.cuh"
 
 namespace bb::cuda::flash_sm90 {
-
-// bb has its own Shape and Tensor, which unqualified lookup would find before
-// names the using-directive brings in; these declarations put cute's first.
-using namespace cute;
-using cute::Layout;
-using cute::Shape;
-using cute::Step;
-using cute::Stride;
-using cute::Tensor;
 
 // DQK is the q/k head dim, DV the v / out head dim; both exact (no padding):
 // the TMA boxes are the head dims.
