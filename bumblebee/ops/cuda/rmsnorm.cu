@@ -40,6 +40,7 @@
 // sum live in rmsnorm_common.cuh, shared with the fused RMSNorm + RoPE kernels
 // (rmsnorm_rope.cu).
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include "bumblebee/ops/cuda/cuda_common.cuh"
@@ -365,8 +366,12 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Te
   CUDA_CHECK_LAUNCH(op);
 }
 
-void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor& dw) {
-  const char* op = "rmsnorm_backward";
+namespace {
+
+// The arguments both backward ops take, checked alike: devices, shapes, rstd
+// and dw's dtypes, and the x / w pair. Returns the row count.
+int64_t check_backward_args(const char* op, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                            const Tensor& dx, const Tensor& dw) {
   check_cuda(x, op, "x");
   check_cuda_same(x, dy, op, "dy");
   check_cuda_same(x, w, op, "w");
@@ -375,14 +380,23 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
   check_cuda_same(x, dw, op, "dw");
   BB_CHECK(x.dim() >= 1, op, ": x must have a last dimension");
   const int64_t n = x.size(-1), rows = row_count(x, n);
-  check_shape(w, {n}, "rmsnorm_backward: w");
-  check_shape(dy, x.shape(), "rmsnorm_backward: dy");
-  check_shape(dx, x.shape(), "rmsnorm_backward: dx");
-  check_shape(dw, {n}, "rmsnorm_backward: dw");
+  const std::string name(op);
+  check_shape(w, {n}, (name + ": w").c_str());
+  check_shape(dy, x.shape(), (name + ": dy").c_str());
+  check_shape(dx, x.shape(), (name + ": dx").c_str());
+  check_shape(dw, {n}, (name + ": dw").c_str());
   BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
-  check_dtype(rstd, DType::F32, "rmsnorm_backward: rstd");
+  check_dtype(rstd, DType::F32, (name + ": rstd").c_str());
   check_dtype_in(dw, op, "dw", {DType::F32, DType::BF16});
   check_x_w_dtypes(x.dtype(), w.dtype(), op);
+  return rows;
+}
+
+}  // namespace
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor& dw) {
+  const char* op = "rmsnorm_backward";
+  const int64_t rows = check_backward_args(op, dy, x, w, rstd, dx, dw), n = x.size(-1);
   BB_CHECK(dx.dtype() == x.dtype() && dy.dtype() == w.dtype(), op, ": dx takes x's dtype and dy w's, got dy ",
            dtype_name(dy.dtype()), ", x ", dtype_name(x.dtype()), ", w ", dtype_name(w.dtype()), ", dx ",
            dtype_name(dx.dtype()));
@@ -503,24 +517,9 @@ void add_rmsnorm_forward(const Tensor& x, const Tensor& branch, const Tensor& w,
 void add_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                           const Tensor& residual_grad, Tensor& dx, Tensor& dw) {
   const char* op = "add_rmsnorm_backward";
-  check_cuda(x, op, "x");
-  check_cuda_same(x, dy, op, "dy");
-  check_cuda_same(x, w, op, "w");
-  check_cuda_same(x, rstd, op, "rstd");
+  const int64_t rows = check_backward_args(op, dy, x, w, rstd, dx, dw), n = x.size(-1);
   check_cuda_same(x, residual_grad, op, "residual_grad");
-  check_cuda_same(x, dx, op, "dx");
-  check_cuda_same(x, dw, op, "dw");
-  BB_CHECK(x.dim() >= 1, op, ": x must have a last dimension");
-  const int64_t n = x.size(-1), rows = row_count(x, n);
-  check_shape(w, {n}, "add_rmsnorm_backward: w");
-  check_shape(dy, x.shape(), "add_rmsnorm_backward: dy");
   check_shape(residual_grad, x.shape(), "add_rmsnorm_backward: residual_grad");
-  check_shape(dx, x.shape(), "add_rmsnorm_backward: dx");
-  check_shape(dw, {n}, "add_rmsnorm_backward: dw");
-  BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
-  check_dtype(rstd, DType::F32, "add_rmsnorm_backward: rstd");
-  check_dtype_in(dw, op, "dw", {DType::F32, DType::BF16});
-  check_x_w_dtypes(x.dtype(), w.dtype(), op);
   BB_CHECK(dx.dtype() == x.dtype() && residual_grad.dtype() == x.dtype() && dy.dtype() == w.dtype(), op,
            ": dx and residual_grad take x's dtype and dy w's, got dy ", dtype_name(dy.dtype()), ", x ",
            dtype_name(x.dtype()), ", w ", dtype_name(w.dtype()), ", residual_grad ", dtype_name(residual_grad.dtype()),
