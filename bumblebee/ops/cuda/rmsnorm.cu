@@ -316,21 +316,53 @@ void dispatch_team(TeamShape shape, F&& f) {
 template <typename TX>
 constexpr int kForwardMaxGroups = sizeof(TX) == 2 ? 16 : 8;
 
-}  // namespace
-
-void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) {
-  const char* op = "rmsnorm_forward";
+// The arguments both forward ops take, checked alike: devices, shapes, rstd's
+// dtype and the x / w pair. Returns the row count.
+int64_t check_forward_args(const char* op, const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd) {
   check_cuda(x, op, "x");
   check_cuda_same(x, w, op, "w");
   check_cuda_same(x, y, op, "y");
   check_cuda_same(x, rstd, op, "rstd");
   BB_CHECK(x.dim() >= 1, op, ": x must have a last dimension");
   const int64_t n = x.size(-1), rows = row_count(x, n);
-  check_shape(w, {n}, "rmsnorm_forward: w");
-  check_shape(y, x.shape(), "rmsnorm_forward: y");
+  const std::string name(op);
+  check_shape(w, {n}, (name + ": w").c_str());
+  check_shape(y, x.shape(), (name + ": y").c_str());
   BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
-  check_dtype(rstd, DType::F32, "rmsnorm_forward: rstd");
+  check_dtype(rstd, DType::F32, (name + ": rstd").c_str());
   check_x_w_dtypes(x.dtype(), w.dtype(), op);
+  return rows;
+}
+
+// The arguments both backward ops take, checked alike: devices, shapes, rstd
+// and dw's dtypes, and the x / w pair. Returns the row count.
+int64_t check_backward_args(const char* op, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                            const Tensor& dx, const Tensor& dw) {
+  check_cuda(x, op, "x");
+  check_cuda_same(x, dy, op, "dy");
+  check_cuda_same(x, w, op, "w");
+  check_cuda_same(x, rstd, op, "rstd");
+  check_cuda_same(x, dx, op, "dx");
+  check_cuda_same(x, dw, op, "dw");
+  BB_CHECK(x.dim() >= 1, op, ": x must have a last dimension");
+  const int64_t n = x.size(-1), rows = row_count(x, n);
+  const std::string name(op);
+  check_shape(w, {n}, (name + ": w").c_str());
+  check_shape(dy, x.shape(), (name + ": dy").c_str());
+  check_shape(dx, x.shape(), (name + ": dx").c_str());
+  check_shape(dw, {n}, (name + ": dw").c_str());
+  BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
+  check_dtype(rstd, DType::F32, (name + ": rstd").c_str());
+  check_dtype_in(dw, op, "dw", {DType::F32, DType::BF16});
+  check_x_w_dtypes(x.dtype(), w.dtype(), op);
+  return rows;
+}
+
+}  // namespace
+
+void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) {
+  const char* op = "rmsnorm_forward";
+  const int64_t rows = check_forward_args(op, x, w, y, rstd), n = x.size(-1);
   BB_CHECK(y.dtype() == w.dtype(), op, ": y is ", dtype_name(y.dtype()), " but w is ", dtype_name(w.dtype()),
            "; y takes w's dtype");
   if (rows == 0) return;
@@ -365,34 +397,6 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Te
   });
   CUDA_CHECK_LAUNCH(op);
 }
-
-namespace {
-
-// The arguments both backward ops take, checked alike: devices, shapes, rstd
-// and dw's dtypes, and the x / w pair. Returns the row count.
-int64_t check_backward_args(const char* op, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                            const Tensor& dx, const Tensor& dw) {
-  check_cuda(x, op, "x");
-  check_cuda_same(x, dy, op, "dy");
-  check_cuda_same(x, w, op, "w");
-  check_cuda_same(x, rstd, op, "rstd");
-  check_cuda_same(x, dx, op, "dx");
-  check_cuda_same(x, dw, op, "dw");
-  BB_CHECK(x.dim() >= 1, op, ": x must have a last dimension");
-  const int64_t n = x.size(-1), rows = row_count(x, n);
-  const std::string name(op);
-  check_shape(w, {n}, (name + ": w").c_str());
-  check_shape(dy, x.shape(), (name + ": dy").c_str());
-  check_shape(dx, x.shape(), (name + ": dx").c_str());
-  check_shape(dw, {n}, (name + ": dw").c_str());
-  BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
-  check_dtype(rstd, DType::F32, (name + ": rstd").c_str());
-  check_dtype_in(dw, op, "dw", {DType::F32, DType::BF16});
-  check_x_w_dtypes(x.dtype(), w.dtype(), op);
-  return rows;
-}
-
-}  // namespace
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor& dw) {
   const char* op = "rmsnorm_backward";
@@ -459,21 +463,11 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
 void add_rmsnorm_forward(const Tensor& x, const Tensor& branch, const Tensor& w, double eps, Tensor& h, Tensor& y,
                          Tensor& rstd) {
   const char* op = "add_rmsnorm_forward";
-  check_cuda(x, op, "x");
+  const int64_t rows = check_forward_args(op, x, w, y, rstd), n = x.size(-1);
   check_cuda_same(x, branch, op, "branch");
-  check_cuda_same(x, w, op, "w");
   check_cuda_same(x, h, op, "h");
-  check_cuda_same(x, y, op, "y");
-  check_cuda_same(x, rstd, op, "rstd");
-  BB_CHECK(x.dim() >= 1, op, ": x must have a last dimension");
-  const int64_t n = x.size(-1), rows = row_count(x, n);
-  check_shape(w, {n}, "add_rmsnorm_forward: w");
   check_shape(branch, x.shape(), "add_rmsnorm_forward: branch");
   check_shape(h, x.shape(), "add_rmsnorm_forward: h");
-  check_shape(y, x.shape(), "add_rmsnorm_forward: y");
-  BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
-  check_dtype(rstd, DType::F32, "add_rmsnorm_forward: rstd");
-  check_x_w_dtypes(x.dtype(), w.dtype(), op);
   // The residual stream (x, h) keeps its dtype; a block's output (branch)
   // and the norm's (y) are activations of the weight's.
   BB_CHECK(h.dtype() == x.dtype() && branch.dtype() == w.dtype() && y.dtype() == w.dtype(), op,
