@@ -22,10 +22,10 @@
 // (docs/cuda.md), but cuDNN is the fast path there.
 //
 // On Hopper (compute capability 9.0) in builds with CUTLASS, the head dims
-// (64, 64) and (128, 128) run the FlashAttention-3-style kernel of
-// cutlass/flash_backward_sm90.h in place of kernels 1 and 2 (it computes its
-// own row statistics and adds into the same dq_accum; kernel 3 converts it),
-// unless BB_FLASH_SM90=0, as for the forward (flash_forward.cu).
+// (64, 64) and (128, 128) run the FlashAttention-3-style kernels of
+// cutlass/flash_backward_sm90.h instead (their own row statistics, dQ sums
+// and conversion), unless BB_FLASH_SM90=0, as for the forward
+// (flash_forward.cu).
 #include "bumblebee/ops/cuda/attention_backends.h"
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/flash_common.cuh"
@@ -362,6 +362,14 @@ void fa2_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Te
 }  // namespace
 }  // namespace flash
 
+bool flash_backward_on_sm90([[maybe_unused]] int64_t head_dim_qk, [[maybe_unused]] int64_t head_dim_v) {
+#ifdef BB_WITH_CUTLASS
+  return flash_sm90_backward_takes(head_dim_qk, head_dim_v) && flash::sm90_kernels_selected();
+#else
+  return false;
+#endif
+}
+
 void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale,
                               Tensor& dq, Tensor& dk, Tensor& dv) {
@@ -369,17 +377,17 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
   BB_CHECK(head_dim_qk <= kFlashMaxHeadDimQk && head_dim_v <= kFlashMaxHeadDimV,
            "flash_attention_backward: head dims q/k ", head_dim_qk, " and v ", head_dim_v, " exceed its tiles (",
            kFlashMaxHeadDimQk, ", ", kFlashMaxHeadDimV, ")");
+#ifdef BB_WITH_CUTLASS
+  // TMA descriptors need every dimension non-empty.
+  if (tokens > 0 && k.size(0) > 0 && flash_backward_on_sm90(head_dim_qk, head_dim_v)) {
+    flash_sm90_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+    return;
+  }
+#endif
   cudaStream_t stream = current_stream();
   Tensor dq_accum = Tensor::empty({tokens, heads_q, head_dim_qk}, DType::F32, q.device());
   CUDA_CHECK(cudaMemsetAsync(dq_accum.raw(), 0, dq_accum.nbytes(), stream));
-  bool sm90 = false;
-#ifdef BB_WITH_CUTLASS
-  // TMA descriptors need every dimension non-empty.
-  sm90 = tokens > 0 && k.size(0) > 0 && flash_sm90_backward_takes(head_dim_qk, head_dim_v) &&
-         flash::sm90_kernels_selected();
-  if (sm90) flash_sm90_backward(dout, q, k, v, out, lse, spans, scale, dq_accum, dk, dv);
-#endif
-  if (!sm90) flash::fa2_backward(dout, q, k, v, out, lse, spans, scale, dq_accum, dk, dv);
+  flash::fa2_backward(dout, q, k, v, out, lse, spans, scale, dq_accum, dk, dv);
 
   const int64_t n = dq.numel();
   flash::dq_convert_kernel<<<grid_for(n, 256), 256, 0, stream>>>(static_cast<const float*>(dq_accum.raw()),

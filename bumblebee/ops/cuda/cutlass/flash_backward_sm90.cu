@@ -1,11 +1,12 @@
 // Host side of the sm_90a flash attention backward (flash_backward_sm90.h):
 // the per-row statistics kernel, the TMA descriptors over the packed q, k, v
-// and dout, and the launch of flash_backward_sm90_kernel.cuh's kernel.
-// Compiled for sm_90a alone (wgmma, TMA and setmaxnreg need it).
+// and dout, the launch of flash_backward_sm90_kernel.cuh's kernel, and the
+// conversion of its dQ sums to dq. Compiled for sm_90a alone (wgmma, TMA,
+// bulk copies and setmaxnreg need it).
 //
-// One block per 128 keys of one kv head of one sequence: the grid is
-// (ceil(max_seqlen_kv / 128), Hkv, S), and blocks past their sequence's end
-// return at once.
+// One block per 128 keys of one kv head of one sequence, Hkv x S x
+// ceil(max_seqlen_kv / 128) in the order of flash_sm90_schedule.cuh; blocks
+// past their sequence's end return at once.
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90.h"
 
 #include <cuda_bf16.h>
@@ -23,19 +24,55 @@ namespace {
 namespace fs = flash_sm90;
 using cute::_1;
 
-// Per query row and head, transposed to [heads, tokens] so a step's 64 rows
-// of one head are contiguous: dsum = rowsum(dout * out), the softmax
-// backward's correction term, and lse in log2 units with the -inf of rows
-// that saw no key turned to +inf (exp2(s - lse) is then 0 for every key,
-// where -inf would give NaN for masked scores). One warp per row.
+// The last sequence s in [0, num_seqs) with start(s) <= value, for a start
+// nondecreasing in s (a token's sequence; a padded row's).
+template <class Start>
+__device__ __forceinline__ int last_seq_from(int num_seqs, int64_t value, Start start) {
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (start(mid) <= value) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// The token of padded row `row` (traits' padded_row_start), or -1 for a
+// padding row.
+template <int kBlockM>
+__device__ __forceinline__ int64_t padded_row_token(const int* cu_seqlens, int num_seqs, int64_t row) {
+  const int seq =
+      last_seq_from(num_seqs, row, [&](int s) { return fs::padded_row_start<kBlockM>(cu_seqlens, s); });
+  const int64_t offset = row - fs::padded_row_start<kBlockM>(cu_seqlens, seq);
+  return offset < cu_seqlens[seq + 1] - cu_seqlens[seq] ? cu_seqlens[seq] + offset : -1;
+}
+
+// Per padded query row and head, in [heads, rows_padded] so a step's 64 rows
+// of one head are one aligned bulk copy: dsum = rowsum(dout * out), the
+// softmax backward's correction term, and lse in log2 units with the -inf of
+// rows that saw no key turned to +inf (exp2(s - lse) is then 0 for every key,
+// where -inf would give NaN for masked scores). Padding rows get +inf and 0.
+// One warp per row.
+template <int kBlockM>
 __global__ void row_stats_kernel(const __nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ dout,
-                                 const float* __restrict__ lse, int64_t tokens, int heads, int head_dim,
-                                 float* __restrict__ lse_log2, float* __restrict__ dsum) {
+                                 const float* __restrict__ lse, const int* __restrict__ cu_seqlens, int num_seqs,
+                                 int64_t rows_padded, int heads, int head_dim, float* __restrict__ lse_log2,
+                                 float* __restrict__ dsum) {
   const int lane = int(threadIdx.x) & 31;
-  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);  // token * heads + head
-  if (row >= tokens * heads) return;
-  const auto* o = reinterpret_cast<const __nv_bfloat162*>(out + row * head_dim);
-  const auto* d = reinterpret_cast<const __nv_bfloat162*>(dout + row * head_dim);
+  const int64_t index = int64_t(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);  // head * rows_padded + row
+  if (index >= rows_padded * heads) return;
+  const int64_t head = index / rows_padded, row = index % rows_padded;
+  const int64_t token = padded_row_token<kBlockM>(cu_seqlens, num_seqs, row);
+  if (token < 0) {
+    if (lane == 0) {
+      dsum[index] = 0.f;
+      lse_log2[index] = INFINITY;
+    }
+    return;
+  }
+  const int64_t src = token * heads + head;
+  const auto* o = reinterpret_cast<const __nv_bfloat162*>(out + src * head_dim);
+  const auto* d = reinterpret_cast<const __nv_bfloat162*>(dout + src * head_dim);
   float acc = 0.f;
   for (int c = lane; c < head_dim / 2; c += 32) {
     const float2 a = __bfloat1622float2(o[c]), b = __bfloat1622float2(d[c]);
@@ -44,17 +81,37 @@ __global__ void row_stats_kernel(const __nv_bfloat16* __restrict__ out, const __
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
   if (lane == 0) {
-    const int64_t token = row / heads, head = row % heads;
-    const float l = lse[row];
-    dsum[head * tokens + token] = acc;
-    lse_log2[head * tokens + token] = l == -INFINITY ? INFINITY : l * kLog2e;
+    const float l = lse[src];
+    dsum[index] = acc;
+    lse_log2[index] = l == -INFINITY ? INFINITY : l * kLog2e;
   }
+}
+
+// dq = dq_accum * scale in bf16: one thread per column pair of one token and
+// head, reading the pair from its consumer's tile (dq_tile_offset).
+template <class T>
+__global__ void dq_convert_kernel(const float* __restrict__ dq_accum, const int* __restrict__ cu_seqlens,
+                                  int num_seqs, int64_t tokens, int heads, int64_t rows_padded, float scale,
+                                  __nv_bfloat16* __restrict__ dq) {
+  constexpr int D = T::kHeadDim, kPairs = D / 2;
+  const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (token, head, pair)
+  if (index >= tokens * heads * kPairs) return;
+  const int col = int(index % kPairs) * 2;
+  const int64_t token = index / kPairs / heads;
+  const int head = int(index / kPairs % heads);
+  const int seq = last_seq_from(num_seqs, token, [&](int s) { return cu_seqlens[s]; });
+  const int64_t row = int64_t(head) * rows_padded + fs::padded_row_start<T::kBlockM>(cu_seqlens, seq) +
+                      (token - cu_seqlens[seq]);
+  const int consumer = col / T::kDqCols;
+  const float* tile = dq_accum + ((row / T::kBlockM) * T::kConsumers + consumer) * T::kDqTileFloats;
+  const float2 v =
+      *reinterpret_cast<const float2*>(tile + fs::dq_tile_offset(int(row % T::kBlockM), col % T::kDqCols));
+  reinterpret_cast<__nv_bfloat162*>(dq)[index] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
 }
 
 template <int D>
 void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-            const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq_accum, Tensor& dk,
-            Tensor& dv) {
+            const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
   using T = fs::BackwardTraits<D>;
   using Element = typename T::Element;
   cudaStream_t stream = current_stream();
@@ -63,16 +120,24 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
   p.tokens_kv = int(k.size(0));
   p.heads_q = int(q.size(1));
   p.heads_kv = int(k.size(1));
+  const int num_seqs = int(spans.cu_seqlens_q.numel() - 1);
+  const int64_t rows_padded = fs::padded_rows<T::kBlockM>(p.tokens_q, num_seqs);
+  BB_CHECK(rows_padded <= INT_MAX, "flash_sm90_backward: more than 2^31 padded query rows");
+  p.rows_padded = int(rows_padded);
+  const auto* cu_seqlens_q = static_cast<const int*>(spans.cu_seqlens_q.raw());
 
-  Tensor lse_log2 = Tensor::empty({q.size(1), q.size(0)}, DType::F32, q.device());
-  Tensor dsum = Tensor::empty({q.size(1), q.size(0)}, DType::F32, q.device());
-  const int64_t rows = q.size(0) * q.size(1);
+  Tensor lse_log2 = Tensor::empty({q.size(1), rows_padded}, DType::F32, q.device());
+  Tensor dsum = Tensor::empty({q.size(1), rows_padded}, DType::F32, q.device());
+  const int64_t stat_rows = rows_padded * p.heads_q;
   constexpr int kRowsPerBlock = 8;
-  row_stats_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0, stream>>>(
+  row_stats_kernel<T::kBlockM><<<unsigned((stat_rows + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0,
+                                 stream>>>(
       static_cast<const __nv_bfloat16*>(out.raw()), static_cast<const __nv_bfloat16*>(dout.raw()),
-      static_cast<const float*>(lse.raw()), q.size(0), p.heads_q, D, static_cast<float*>(lse_log2.raw()),
-      static_cast<float*>(dsum.raw()));
+      static_cast<const float*>(lse.raw()), cu_seqlens_q, num_seqs, rows_padded, p.heads_q, D,
+      static_cast<float*>(lse_log2.raw()), static_cast<float*>(dsum.raw()));
   CUDA_CHECK_LAUNCH("flash_sm90_backward (row stats)");
+  Tensor dq_accum = Tensor::empty({q.size(1), rows_padded, D}, DType::F32, q.device());
+  CUDA_CHECK(cudaMemsetAsync(dq_accum.raw(), 0, dq_accum.nbytes(), stream));
 
   // (tokens, head dim, heads), as the traits' GmemTensor.
   const auto gmem = [](const Tensor& t, int tokens, int heads) {
@@ -90,7 +155,7 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
                                 cute::Shape<typename T::BlockN, typename T::HeadDim>{}, _1{});
   p.tma_v = cute::make_tma_copy(cute::SM90_TMA_LOAD{}, gmem(v, p.tokens_kv, p.heads_kv), typename T::SmemLayoutV{},
                                 cute::Shape<typename T::BlockN, typename T::HeadDim>{}, _1{});
-  p.cu_seqlens_q = static_cast<const int*>(spans.cu_seqlens_q.raw());
+  p.cu_seqlens_q = cu_seqlens_q;
   p.cu_seqlens_kv = static_cast<const int*>(spans.cu_seqlens_kv.raw());
   p.causal = spans.mask == ops::AttentionMask::Causal;
   p.scale = float(scale);
@@ -101,15 +166,27 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
   p.dk = static_cast<Element*>(dk.raw());
   p.dv = static_cast<Element*>(dv.raw());
 
-  const int num_seqs = int(spans.cu_seqlens_q.numel() - 1);
   const int n_blocks = int((spans.max_seqlen_kv + T::kBlockN - 1) / T::kBlockN);
-  if (num_seqs == 0 || n_blocks == 0) return;
-  const size_t smem = sizeof(typename T::SharedStorage);
-  auto* kernel = fs::flash_backward_sm90_kernel<T>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  dim3 grid(unsigned(n_blocks), unsigned(p.heads_kv), unsigned(num_seqs));
-  kernel<<<grid, T::kThreads, smem, stream>>>(p);
-  CUDA_CHECK_LAUNCH("flash_sm90_backward");
+  if (num_seqs > 0 && n_blocks > 0) {
+    const int64_t blocks = int64_t(p.heads_kv) * num_seqs * n_blocks;
+    BB_CHECK(blocks <= INT_MAX, "flash_sm90_backward: ", blocks, " blocks, more than a grid holds");
+    // A unit's blocks share its group's Q, dO, row statistics and dQ sums.
+    const int64_t unit_bytes = int64_t(p.heads_q / p.heads_kv) * spans.max_seqlen_q *
+                               (2 * D * int64_t(sizeof(Element)) + D * int64_t(sizeof(float)) + 2 * sizeof(float));
+    p.order = fs::block_order(p.heads_kv * num_seqs, n_blocks, unit_bytes, device_properties().multiProcessorCount);
+    const size_t smem = sizeof(typename T::SharedStorage);
+    auto* kernel = fs::flash_backward_sm90_kernel<T>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    kernel<<<unsigned(blocks), T::kThreads, smem, stream>>>(p);
+    CUDA_CHECK_LAUNCH("flash_sm90_backward");
+  }
+
+  const int64_t pairs = dq.numel() / 2;
+  constexpr int kConvertThreads = 256;
+  dq_convert_kernel<T><<<unsigned((pairs + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(
+      static_cast<const float*>(dq_accum.raw()), cu_seqlens_q, num_seqs, q.size(0), p.heads_q, rows_padded,
+      float(scale), static_cast<__nv_bfloat16*>(dq.raw()));
+  CUDA_CHECK_LAUNCH("flash_sm90_backward (dq)");
 }
 
 }  // namespace
@@ -119,15 +196,15 @@ bool flash_sm90_backward_takes(int64_t head_dim_qk, int64_t head_dim_v) {
 }
 
 void flash_sm90_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq_accum,
-                         Tensor& dk, Tensor& dv) {
+                         const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk,
+                         Tensor& dv) {
   const int64_t dqk = q.size(2), dv_dim = v.size(2);
   BB_CHECK(flash_sm90_backward_takes(dqk, dv_dim), "flash_sm90_backward: no tiles for head dims q/k ", dqk,
            " and v ", dv_dim);
   // TMA coordinates are 32-bit.
   BB_CHECK(q.size(0) <= INT_MAX && k.size(0) <= INT_MAX, "flash_sm90_backward: more than 2^31 tokens");
-  if (dqk == 64) launch<64>(dout, q, k, v, out, lse, spans, scale, dq_accum, dk, dv);
-  else launch<128>(dout, q, k, v, out, lse, spans, scale, dq_accum, dk, dv);
+  if (dqk == 64) launch<64>(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+  else launch<128>(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
 }
 
 }  // namespace bb::cuda

@@ -17,13 +17,11 @@ namespace bb::cuda {
 // and (128, 128).
 bool flash_sm90_backward_takes(int64_t head_dim_qk, int64_t head_dim_v);
 
-// The backward of attention_backends.h's flash_attention_backward up to dq:
-// adds dS K (unscaled) into `dq_accum` ([tokens_q, heads_q, head_dim] fp32,
-// zeroed by the caller, who scales and rounds it), and writes dk and dv. Same
-// arguments and semantics otherwise (validated tensors, 16-byte aligned), on
-// the current stream.
+// attention_backends.h's flash_attention_backward on these kernels: writes
+// dq, dk and dv from the same arguments, with the same semantics (validated
+// tensors, 16-byte aligned), on the current stream.
 void flash_sm90_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq_accum,
-                         Tensor& dk, Tensor& dv);
+                         const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk,
+                         Tensor& dv);
 
 }  // namespace bb::cuda

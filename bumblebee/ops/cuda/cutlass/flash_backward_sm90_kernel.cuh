@@ -7,10 +7,12 @@
 // One block of three warpgroups owns 128 keys of one kv head of one sequence
 // and walks every query head of the kv head's group and every 64-row query
 // tile that sees its keys, so a group's dK and dV are summed in registers
-// with no second pass. Warpgroup 0 is the producer: one thread loads the K and
-// V tiles once by TMA, then streams each step's Q and dO tiles through a
-// two-stage mbarrier pipeline (CUTLASS's PipelineTmaAsync). Warpgroups 1 and
-// 2 are the consumers, 64 keys each; setmaxnreg moves registers from the
+// with no second pass. Warpgroup 0 is the producer: one thread of warp 0
+// loads the K and V tiles once by TMA, then streams each step's Q and dO
+// tiles and lse and dsum rows through a two-stage mbarrier pipeline
+// (CUTLASS's PipelineTmaAsync); warp 1 adds each consumer's dQ tile into
+// dq_accum with one bulk reduction from shared memory. Warpgroups 1 and 2
+// are the consumers, 64 keys each; setmaxnreg moves registers from the
 // producer (24 a thread) to them (240).
 //
 // Per step a consumer runs, on wgmma:
@@ -19,16 +21,18 @@
 //   dV += P^T dO and dK += dS^T Q          (P^T, dS^T from registers; dO^T,
 //                                           Q^T as transposed views)
 //   dQ = dS K, head dim split over the two consumers (dS through shared
-//   memory, since it spans both consumers' keys), added to the fp32 dq_accum
-//   with float2 atomics.
-// Two named-barrier syncs per step guard the one dS buffer: before a
-// consumer writes its half, both have finished the last step's dQ, which
-// read it; after, both halves are in place before either issues dQ.
+//   memory, since it spans both consumers' keys), then into the consumer's
+//   shared dQ tile for warp 1, while dK runs.
+// One named-barrier sync of both consumers per step puts both halves of dS in
+// place before either issues dQ; dS has a buffer per stage, so the next
+// step's writes need no second sync (the other consumer's dQ read the other
+// buffer, and finished before it reached this step's sync). A pair of named
+// barriers per consumer hands its dQ tile to warp 1 and back.
 //
 // Packed sequences share one TMA descriptor per tensor, as in the forward:
 // a tile crossing its sequence's end reads the next sequence's rows (keys
-// masked; query rows get lse +inf, so P = dS = 0, and their dQ is not stored)
-// or TMA's zero fill past the tensor.
+// masked; query rows read lse +inf from the padded statistics, so P = dS = 0,
+// and their dQ lands in padding rows) or TMA's zero fill past the tensor.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -50,7 +54,20 @@ __device__ __forceinline__ int step_m0(const KeyBlockSpan& b, int step) {
   return (b.m_first + step % b.m_count) * T::kBlockM;
 }
 
-// The producer: K and V once, then Q and dO of every step. Run by one thread.
+// Named barriers of the block: both consumers' dS halves in place; per
+// consumer, its dQ tile free (warp 1 has read it) and full.
+constexpr uint32_t kDsBarrier = 0, kDqEmptyBarrier = 1, kDqFullBarrier = 3;
+constexpr uint32_t kDqHandoffThreads = 128 + 32;  // a consumer and warp 1
+
+// The first row of a step's query tile in the padded row space of head `head`.
+template <class T>
+__device__ __forceinline__ int64_t step_padded_row(const typename T::Params& p, const KeyBlockSpan& b, int head,
+                                                   int m0) {
+  return int64_t(head) * p.rows_padded + b.q_padded + m0;
+}
+
+// The producer: K and V once, then Q, dO, lse and dsum of every step. Run by
+// one thread.
 template <class T>
 __device__ void load_tiles_bwd(const typename T::Params& p, typename T::SharedStorage& ss, const KeyBlockSpan& b,
                                typename T::Pipeline& pipeline) {
@@ -91,7 +108,40 @@ __device__ void load_tiles_bwd(const typename T::Params& p, typename T::SharedSt
     auto* barrier = pipeline.producer_get_barrier(state);
     copy(p.tma_q.with(*barrier, 0), tQg, tQs(_, state.index()));
     copy(p.tma_do.with(*barrier, 0), tdOg, tdOs(_, state.index()));
+    const int64_t row = step_padded_row<T>(p, b, head, step_m0<T>(b, step));
+    SM90_BULK_COPY_G2S::copy(p.lse_log2 + row, barrier, ss.lse[state.index()], T::kStatBytes);
+    SM90_BULK_COPY_G2S::copy(p.dsum + row, barrier, ss.dsum[state.index()], T::kStatBytes);
     ++state;
+  }
+}
+
+// dQ tile of shared memory into dq_accum by an asynchronous bulk reduction.
+__device__ __forceinline__ void bulk_reduce_add(float* gmem, const float* smem, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :
+               : "l"(gmem), "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
+               : "memory");
+}
+
+// Warp 1 of the producer: each step, each consumer's dQ tile into
+// dq_accum, which holds the tiles in the same register order.
+template <class T>
+__device__ void store_dq_tiles(const typename T::Params& p, typename T::SharedStorage& ss, const KeyBlockSpan& b) {
+  const bool leader = threadIdx.x % 32 == 0;
+  for (int step = 0; step < b.steps; ++step) {
+    const int64_t tile = step_padded_row<T>(p, b, step_head(b, step), step_m0<T>(b, step)) / T::kBlockM;
+#pragma unroll
+    for (int consumer = 0; consumer < T::kConsumers; ++consumer) {
+      cutlass::arch::NamedBarrier::sync(kDqHandoffThreads, kDqFullBarrier + consumer);
+      if (leader) {
+        bulk_reduce_add(p.dq_accum + (tile * T::kConsumers + consumer) * T::kDqTileFloats,
+                        ss.dq.data() + consumer * T::kDqTileFloats, T::kDqTileFloats * sizeof(float));
+        tma_store_arrive();
+        tma_store_wait<0>();  // the tile has been read
+      }
+      __syncwarp();
+      cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, kDqEmptyBarrier + consumer);
+    }
   }
 }
 
@@ -137,7 +187,6 @@ __device__ void consume_steps(const typename T::Params& p, typename T::SharedSto
   Tensor tQrdQ = partition_fragment_C(mma_q, Shape<BlockM, HeadDim>{});
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));    // (key, query)
   Tensor tKVc = thr_kv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));    // (key, column)
-  Tensor tQcdQ = thr_q.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));    // (query, column)
   // P^T and dS^T in bf16 as the A operand of dV and dK: ((2, 2, 2), 1,
   // kBlockM / 16), the accumulator registers with pairs of 8-query blocks
   // forming a k16 step (as the forward's P).
@@ -151,17 +200,14 @@ __device__ void consume_steps(const typename T::Params& p, typename T::SharedSto
 
   clear(tVrdV);
   clear(tKrdK);
+  const int consumer = mma_thread / 128, wg_thread = mma_thread % 128;
+  float* dq_tile = ss.dq.data() + consumer * T::kDqTileFloats;
+  // The tile starts free: this warp stands in for warp 1's first arrival.
+  if (wg_thread < 32) cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, kDqEmptyBarrier + consumer);
   if (b.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&ss.kv_full, 0);
   typename T::PipelineState state;
-  // Named barriers: one of the two consumers, one of each consumer's threads.
-  constexpr uint32_t kDsBarrier = 0, kStatsBarrier = 1;
-  const int consumer = mma_thread / 128, wg_thread = mma_thread % 128;
   for (int step = 0; step < b.steps; ++step) {
-    const int head = step_head(b, step);
     const int m0 = step_m0<T>(b, step);
-    // The step's lse and dsum: loaded before the GEMMs, in shared memory by the time P needs them.
-    const float stat = load_row_stat<T::kBlockM>(p.lse_log2, p.dsum, int64_t(head) * p.tokens_q + b.q_start, m0,
-                                                 b.len_q, wg_thread);
     pipeline.consumer_wait(state);
     const int stage = state.index();
     issue_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
@@ -171,29 +217,31 @@ __device__ void consume_steps(const typename T::Params& p, typename T::SharedSto
     // Only tiles reaching past the keys' end or crossing the diagonal need the mask.
     const bool edge = b.n0 + T::kBlockN > b.len_kv || (p.causal && b.n0 + T::kBlockN - 1 > m0 + b.shift);
     if (edge) mask_scores_t(tSrS, tScS, b.n0, m0, b.len_kv, p.causal, b.shift);
-    float(&stats)[2][T::kBlockM] = ss.row_stats[consumer][step & 1];
-    stats[wg_thread / T::kBlockM][wg_thread % T::kBlockM] = stat;
-    cutlass::arch::NamedBarrier::sync(128, kStatsBarrier + consumer);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrdP);
-    probs_and_grads(tSrS, tSrdP, tScS, p.scale_log2, stats[0], stats[1]);
+    probs_and_grads(tSrS, tSrdP, tScS, p.scale_log2, ss.lse[stage], ss.dsum[stage]);
     pack_bf16(tSrS, rP);
     pack_bf16(tSrdP, rdS);
 
+    Tensor sdS_stage = sdS(_, _, stage);
+    Tensor tQrdS_stage = tQrdS(_, _, _, stage);
+    store_ds(rdS, tScS, sdS_stage);
     issue_gemm<false>(mma_kv, tVrP, tVrdO(_, _, _, stage), tVrdV);
-    cutlass::arch::NamedBarrier::sync(T::kMmaThreads, kDsBarrier);  // the last step's dQ has read sdS
-    store_ds(rdS, tScS, sdS);
     cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by wgmma
     cutlass::arch::NamedBarrier::sync(T::kMmaThreads, kDsBarrier);
+    issue_gemm<true>(mma_q, tQrdS_stage, tQrK, tQrdQ);
     issue_gemm<false>(mma_kv, tKrdS, tKrQ(_, _, _, stage), tKrdK);
-    issue_gemm<true>(mma_q, tQrdS, tQrK, tQrdQ);
+    warpgroup_wait<1>();  // dV and dQ done, dK still running
+    warpgroup_fence_operand(tQrdQ);
+    cutlass::arch::NamedBarrier::sync(kDqHandoffThreads, kDqEmptyBarrier + consumer);
+    store_dq_tile(tQrdQ, dq_tile, wg_thread);
+    cutlass::arch::fence_view_async_shared();  // read by warp 1's bulk reduction
+    cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, kDqFullBarrier + consumer);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tVrdV);
     warpgroup_fence_operand(tKrdK);
-    warpgroup_fence_operand(tQrdQ);
     pipeline.consumer_release(state);
     ++state;
-    add_dq<D>(p.dq_accum, tQrdQ, tQcdQ, b.q_start, m0, b.len_q, p.heads_q, head);
   }
   store_key_rows<D>(p.dv, tVrdV, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
   store_key_rows<D>(p.dk, tKrdK, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, p.scale);
@@ -213,14 +261,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   pipe.role = warp_group == 0 ? T::Pipeline::ThreadCategory::Producer : T::Pipeline::ThreadCategory::Consumer;
   pipe.is_leader = threadIdx.x == 0;
   pipe.num_consumers = T::kMmaThreads;
-  pipe.transaction_bytes = 2 * T::kQBytes;  // Q and dO
+  pipe.transaction_bytes = 2 * T::kQBytes + 2 * T::kStatBytes;  // Q, dO, lse and dsum
   typename T::Pipeline pipeline(ss.q_pipeline, pipe, Shape<_1, _1, _1>{});
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
-    if (threadIdx.x == 0 && b.steps > 0) load_tiles_bwd<T>(p, ss, b, pipeline);
+    const int warp = int(threadIdx.x) / 32;
+    if (warp == 0 && threadIdx.x == 0 && b.steps > 0) load_tiles_bwd<T>(p, ss, b, pipeline);
+    if (warp == 1) store_dq_tiles<T>(p, ss, b);
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();

@@ -1,7 +1,8 @@
 // The register-side pieces of the sm_90a flash attention backward
-// (flash_backward_sm90_kernel.cuh): a step's lse and dsum, P^T and dS^T from
-// the S^T and dP^T accumulators, dS^T into shared memory, dQ's atomic adds,
-// and the dK / dV stores.
+// (flash_backward_sm90_kernel.cuh): P^T and dS^T from the S^T and dP^T
+// accumulators, dS^T into shared memory, a consumer's dQ tile into shared
+// memory in register order (and where each of its elements sits, for the
+// conversion), and the dK / dV stores.
 //
 // In a wgmma accumulator each thread holds two rows and, in every 8-column
 // block, two adjacent columns (flash_forward_sm90_softmax.cuh); registers
@@ -16,19 +17,6 @@
 #include "bumblebee/ops/cuda/cutlass/flash_forward_sm90_softmax.cuh"
 
 namespace bb::cuda::flash_sm90 {
-
-// This thread's share of the step's row statistics (thread t < kBlockM of the
-// warpgroup loads lse of query t, the next kBlockM dsum), loaded early and
-// put in shared memory by put_row_stat. Rows at or past len_q get lse +inf
-// (so P = 0: they are the next sequence's rows or TMA's zero fill) and dsum 0.
-template <int kBlockM>
-__device__ __forceinline__ float load_row_stat(const float* lse_log2, const float* dsum, int64_t row_base, int m0,
-                                               int len_q, int wg_thread) {
-  const bool is_lse = wg_thread < kBlockM;
-  const int query = m0 + (is_lse ? wg_thread : wg_thread - kBlockM);
-  if (query >= len_q) return is_lse ? INFINITY : 0.f;
-  return __ldg((is_lse ? lse_log2 : dsum) + row_base + query);
-}
 
 // Sets to -inf the scores of keys at or past len_kv and, when causal, of keys
 // past the query's diagonal (query i sees keys j <= i + shift); `coords`
@@ -80,19 +68,27 @@ __device__ __forceinline__ void store_ds(const Packed& ds, const Coords& coords,
   }
 }
 
-// dq_accum += this thread's dQ registers ((query, column) per register in
-// `coords`), float2 atomics on adjacent columns, queries inside the sequence.
-template <int D, class Acc, class Coords>
-__device__ __forceinline__ void add_dq(float* dq_accum, const Acc& dq, const Coords& coords, int64_t q_start,
-                                       int m0, int len_q, int heads_q, int head) {
+// A consumer's dQ accumulator (64 x N: N / 2 registers a thread) into its
+// shared-memory tile in register order: register group j (registers
+// 4j .. 4j + 3) of warpgroup thread t at floats 4 (128 j + t), so each warp
+// stores 512 contiguous bytes per group. dq_accum keeps this order; the
+// conversion finds an element through dq_tile_offset.
+template <class Acc>
+__device__ __forceinline__ void store_dq_tile(const Acc& dq, float* tile, int wg_thread) {
+  auto* dst = reinterpret_cast<float4*>(tile) + wg_thread;
 #pragma unroll
-  for (int i = 0; i < cute::size(dq); i += 2) {
-    const int query = m0 + int(cute::get<0>(coords(i)));
-    if (query >= len_q) continue;
-    const int col = int(cute::get<1>(coords(i)));
-    float* dst = dq_accum + ((q_start + query) * heads_q + head) * D + col;
-    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq(i), dq(i + 1)));
-  }
+  for (int j = 0; j < cute::size(dq) / 4; ++j)
+    dst[j * 128] = make_float4(dq(4 * j), dq(4 * j + 1), dq(4 * j + 2), dq(4 * j + 3));
+}
+
+// Where store_dq_tile put the element at (row, col) of a 64-row tile: warp w
+// of the warpgroup holds rows 16w .. 16w + 15; lane l holds rows
+// 16w + l / 4 (registers 4c, 4c + 1) and 16w + l / 4 + 8 (4c + 2, 4c + 3) at
+// columns 8c + 2 (l % 4) + {0, 1}.
+__device__ __forceinline__ int dq_tile_offset(int row, int col) {
+  const int thread = 32 * (row / 16) + 4 * (row % 8) + (col % 8) / 2;
+  const int reg = 4 * (col / 8) + 2 * ((row % 16) / 8) + col % 2;
+  return 4 * (128 * (reg / 4) + thread) + reg % 4;
 }
 
 // dK or dV rows (keys inside the sequence) from registers, times `scale`, as bf16.

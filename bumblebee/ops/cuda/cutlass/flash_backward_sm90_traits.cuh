@@ -2,10 +2,12 @@
 // (flash_backward_sm90_kernel.cuh): tile shapes, warpgroup roles and register
 // budgets, the four GEMMs' wgmma types, shared-memory layouts (with the
 // transposed views the dK, dV and dQ GEMMs read), the TMA types, the kernel
-// parameters, and the key / query span of one block.
+// parameters, the padded query-row space of the row statistics and the dQ
+// sums, and the key / query span of one block.
 #pragma once
 
 #include "bumblebee/ops/cuda/cutlass/flash_sm90_cute.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_sm90_schedule.cuh"
 
 #include <cutlass/gemm/collective/builders/sm90_common.inl>
 
@@ -23,6 +25,10 @@ struct BackwardTraits {
   static constexpr int kConsumers = 2;
   static constexpr int kMmaThreads = 128 * kConsumers;
   static constexpr int kThreads = kMmaThreads + 128;
+  static constexpr int kDqCols = D / kConsumers;  // dQ columns per consumer
+  // One consumer's dQ tile, fp32, in the order of its accumulator registers
+  // (dq_tile_offset): what it adds to dq_accum each step.
+  static constexpr int kDqTileFloats = kBlockM * kDqCols;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // as the forward: 64,512 registers
 
   using Element = cutlass::bfloat16_t;
@@ -66,12 +72,15 @@ struct BackwardTraits {
       decltype(composition(SmemLayoutK{}, make_layout(Shape<HeadDim, BlockN>{}, Stride<BlockN, _1>{})));
   // dS, the A operand of dQ = dS K, (queries, keys) MN-major: query pairs of
   // the dS^T accumulator are adjacent, so it is written 32 bits at a time.
+  // One buffer per pipeline stage, so a step's writes cannot race the other
+  // consumer's dQ product of the step before.
   using SmemAtomdS = decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::MN, Element, BlockM,
                                                                                   BlockN>());
-  using SmemLayoutdS = decltype(tile_to_shape(SmemAtomdS{}, Shape<BlockM, BlockN>{}));
+  using SmemLayoutdS = decltype(tile_to_shape(SmemAtomdS{}, Shape<BlockM, BlockN, Int<kStages>>{}));
 
   static constexpr uint32_t kQBytes = kBlockM * D * sizeof(Element);  // one Q or dO stage
   static constexpr uint32_t kKBytes = kBlockN * D * sizeof(Element);  // K or V
+  static constexpr uint32_t kStatBytes = kBlockM * sizeof(float);     // one stage's lse or dsum
 
   // The packed tensors as TMA sees them: (tokens, head dim, heads).
   using GmemShape = Shape<int32_t, int32_t, int32_t>;
@@ -83,7 +92,8 @@ struct BackwardTraits {
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{}, Shape<BlockN, HeadDim>{}, _1{}));
   using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{}, Shape<BlockN, HeadDim>{}, _1{}));
 
-  // One pipeline carries a step's Q and dO tiles (both on one barrier).
+  // One pipeline carries a step's Q and dO tiles and its lse and dsum rows
+  // (all on one barrier).
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename cutlass::PipelineState<kStages>;
 
@@ -94,9 +104,9 @@ struct BackwardTraits {
     array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> ds;
-    // Each consumer's copy of a step's lse and dsum, double buffered:
-    // [consumer][buffer][lse, dsum][query].
-    float row_stats[kConsumers][2][2][kBlockM];
+    array_aligned<float, kConsumers * kDqTileFloats, 128> dq;  // each consumer's dQ tile
+    alignas(128) float lse[kStages][kBlockM];
+    alignas(128) float dsum[kStages][kBlockM];
     uint64_t kv_full;  // mbarrier: the K and V tiles have landed
     typename Pipeline::SharedStorage q_pipeline;
   };
@@ -108,22 +118,40 @@ struct BackwardTraits {
     int tokens_q, tokens_kv, heads_q, heads_kv;
     const int* cu_seqlens_q;   // [S + 1]
     const int* cu_seqlens_kv;  // [S + 1]
+    BlockOrder order;          // units (kv head, sequence) x key blocks
     bool causal;               // diagonal bottom-right, as the forward
     float scale;               // softmax scale (dK's factor; dQ's is applied at its conversion)
     float scale_log2;          // softmax scale * log2(e)
-    const float* lse_log2;     // [heads_q, tokens_q]: lse * log2(e), +inf for rows that saw no key
-    const float* dsum;         // [heads_q, tokens_q]: rowsum(dout * out)
-    float* dq_accum;           // [tokens_q, heads_q, D], unscaled, summed with atomics
+    int rows_padded;           // query rows in the padded space (padded_rows)
+    const float* lse_log2;     // [heads_q, rows_padded]: lse * log2(e); +inf for padding and rows that saw no key
+    const float* dsum;         // [heads_q, rows_padded]: rowsum(dout * out); 0 for padding
+    float* dq_accum;           // [heads_q, rows_padded / kBlockM, kConsumers, kDqTileFloats], unscaled
     Element* dk;               // [tokens_kv, heads_kv, D]
     Element* dv;               // [tokens_kv, heads_kv, D]
   };
 };
+
+// The padded query-row space: sequence s's rows start at padded_row_start(s),
+// a multiple of kBlockM, and its last tile ends before sequence s + 1's
+// start, so every query tile of a step is whole and owned by one sequence
+// (FlashAttention-3's layout). A step's lse and dsum are then one aligned
+// bulk copy each, its dQ sums one bulk reduction a consumer, and the rows
+// past a sequence's end read +inf and 0 (P = dS = 0 there).
+template <int kBlockM>
+__host__ __device__ __forceinline__ int padded_row_start(const int* cu_seqlens, int seq) {
+  return (cu_seqlens[seq] + seq * kBlockM) / kBlockM * kBlockM;
+}
+template <int kBlockM>
+__host__ __device__ __forceinline__ int64_t padded_rows(int64_t tokens, int num_seqs) {
+  return (tokens + int64_t(num_seqs) * kBlockM) / kBlockM * kBlockM;
+}
 
 // The key rows of one block and the query tiles ("steps": every query head of
 // the kv head's group times the query tiles that see the keys) it walks.
 struct KeyBlockSpan {
   int n0, kv_head, group;
   int q_start, len_q, kv_start, len_kv;
+  int q_padded;         // the sequence's first row in the padded row space
   int shift;            // causal: query row i sees keys j <= i + shift
   int m_first, m_count;  // query tiles m_first .. m_first + m_count - 1, per head
   int steps;            // group * m_count
@@ -132,14 +160,17 @@ struct KeyBlockSpan {
 template <class T>
 __device__ __forceinline__ KeyBlockSpan key_block_span(const typename T::Params& p) {
   KeyBlockSpan b;
-  // Under the causal mask the first key blocks see the most queries; they
-  // come first in the grid's x order.
-  b.n0 = int(blockIdx.x) * T::kBlockN;
-  b.kv_head = int(blockIdx.y);
+  // Units are (kv head, sequence); tile 0 is the first key block, which the
+  // most queries see under the causal mask (flash_sm90_schedule.cuh).
+  int unit, tile;
+  block_unit_tile(p.order, int(blockIdx.x), unit, tile);
+  b.n0 = tile * T::kBlockN;
+  b.kv_head = unit % p.heads_kv;
   b.group = p.heads_q / p.heads_kv;
-  const int seq = int(blockIdx.z);
+  const int seq = unit / p.heads_kv;
   b.q_start = p.cu_seqlens_q[seq];
   b.len_q = p.cu_seqlens_q[seq + 1] - b.q_start;
+  b.q_padded = padded_row_start<T::kBlockM>(p.cu_seqlens_q, seq);
   b.kv_start = p.cu_seqlens_kv[seq];
   b.len_kv = p.cu_seqlens_kv[seq + 1] - b.kv_start;
   b.shift = b.len_kv - b.len_q;

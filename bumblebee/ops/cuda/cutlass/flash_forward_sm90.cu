@@ -3,9 +3,9 @@
 // flash_forward_sm90_kernel.cuh's kernel. Compiled for sm_90a alone (wgmma,
 // TMA and setmaxnreg need it).
 //
-// One block per 128 query rows of one head of one sequence: the grid is
-// (ceil(max_seqlen_q / 128), Hq, S), and blocks past their sequence's end
-// return at once. Only the head dims the model zoo needs are instantiated
+// One block per 128 query rows of one head of one sequence, Hq x S x
+// ceil(max_seqlen_q / 128) in the order of flash_sm90_schedule.cuh; blocks
+// past their sequence's end return at once. Only the head dims the model zoo needs are instantiated
 // (each costs a minute of nvcc on CI's two cores).
 #include "bumblebee/ops/cuda/cutlass/flash_forward_sm90.h"
 
@@ -57,11 +57,16 @@ void launch(const Tensor& q, const Tensor& k, const Tensor& v, const ops::Attent
   const int num_seqs = int(spans.cu_seqlens_q.numel() - 1);
   const int m_blocks = int((spans.max_seqlen_q + T::kBlockM - 1) / T::kBlockM);
   if (num_seqs == 0 || m_blocks == 0) return;
+  const int64_t blocks = int64_t(p.heads_q) * num_seqs * m_blocks;
+  BB_CHECK(blocks <= INT_MAX, "flash_sm90_forward: ", blocks, " blocks, more than a grid holds");
+  // A unit's blocks share its kv head's K and V with the group's other query heads.
+  const int64_t unit_bytes =
+      spans.max_seqlen_kv * (DQK + DV) * int64_t(sizeof(Element)) / (p.heads_q / p.heads_kv);
+  p.order = fs::block_order(p.heads_q * num_seqs, m_blocks, unit_bytes, device_properties().multiProcessorCount);
   const size_t smem = sizeof(typename T::SharedStorage);
   auto* kernel = fs::flash_forward_sm90_kernel<T>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  dim3 grid(unsigned(m_blocks), unsigned(p.heads_q), unsigned(num_seqs));
-  kernel<<<grid, T::kThreads, smem, current_stream()>>>(p);
+  kernel<<<unsigned(blocks), T::kThreads, smem, current_stream()>>>(p);
   CUDA_CHECK_LAUNCH("flash_sm90_forward");
 }
 

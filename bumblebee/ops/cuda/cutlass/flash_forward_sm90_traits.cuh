@@ -5,6 +5,7 @@
 #pragma once
 
 #include "bumblebee/ops/cuda/cutlass/flash_sm90_cute.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_sm90_schedule.cuh"
 
 namespace bb::cuda::flash_sm90 {
 
@@ -84,6 +85,7 @@ struct ForwardTraits {
     int tokens_q, tokens_kv, heads_q, heads_kv;
     const int* cu_seqlens_q;   // [S + 1]
     const int* cu_seqlens_kv;  // [S + 1]
+    BlockOrder order;          // units (query head, sequence) x query tiles
     bool causal;               // diagonal bottom-right, as flash_common.cuh's Params
     float scale_log2;          // softmax scale * log2(e)
     Element* out;              // [tokens_q, heads_q, DV]
@@ -91,7 +93,7 @@ struct ForwardTraits {
   };
 };
 
-// The query / key rows of one block, from the grid coordinates.
+// The query / key rows of one block, from its index.
 struct BlockSpan {
   int m_block, head, kv_head;
   int q_start, len_q, kv_start, len_kv;
@@ -102,11 +104,14 @@ struct BlockSpan {
 template <class T>
 __device__ __forceinline__ BlockSpan block_span(const typename T::Params& p) {
   BlockSpan b;
-  // Heavier blocks (later query rows see more keys under the causal mask) first.
-  b.m_block = int(gridDim.x) - 1 - int(blockIdx.x);
-  b.head = int(blockIdx.y);
+  // Units are (query head, sequence); tile 0 is the last query tile, which
+  // sees the most keys under the causal mask (flash_sm90_schedule.cuh).
+  int unit, tile;
+  block_unit_tile(p.order, int(blockIdx.x), unit, tile);
+  b.m_block = p.order.tiles - 1 - tile;
+  b.head = unit % p.heads_q;
   b.kv_head = b.head / (p.heads_q / p.heads_kv);
-  const int seq = int(blockIdx.z);
+  const int seq = unit / p.heads_q;
   b.q_start = p.cu_seqlens_q[seq];
   b.len_q = p.cu_seqlens_q[seq + 1] - b.q_start;
   b.kv_start = p.cu_seqlens_kv[seq];
