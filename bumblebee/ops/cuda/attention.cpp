@@ -3,13 +3,15 @@
 // of ring attention (separate q / kv spans, causal bottom-right or no mask);
 // plain causal self-attention is its case of one cu_seqlens for both.
 //
-// The backward of grouped-query attention on our flash kernel, from a group
-// ratio Hq / Hkv of kGqaExpandMinGroup (4) on, runs as multi-head attention on
-// K/V repeated to Hq heads, dK/dV then summed over each group
-// (attention_gqa_expand.cu): the flash backward walks a group's query heads in
-// one block, and at 8:1 (Qwen3-30B-A3B, 32 / 4 heads, 2 x 4096 tokens) the
-// expansion took it from 8.30 to 6.10 ms on an H200. cuDNN's backward runs at
-// the same rate either way (2.73 / 2.77 ms), so auto leaves cuDNN alone. The
+// The backward of grouped-query attention on our FlashAttention-2 kernel, from
+// a group ratio Hq / Hkv of kGqaExpandMinGroup (4) on, runs as multi-head
+// attention on K/V repeated to Hq heads, dK/dV then summed over each group
+// (attention_gqa_expand.cu): that kernel walks a group's query heads in one
+// block, and at 8:1 (Qwen3-30B-A3B, 32 / 4 heads, 2 x 4096 tokens) the
+// expansion took it from 8.30 to 6.10 ms on an H200. The sm_90a backward
+// walks the group as fast as the expanded heads (1.65 against 1.71 ms there),
+// and cuDNN's runs at the same rate either way (1.48 / 1.54 ms), so auto
+// leaves both alone. The
 // environment variable BB_ATTENTION_GQA_EXPAND=0|1|auto (read at every call)
 // turns it off, on for every grouped shape on both tiled backends, or leaves
 // the rule; the small kernel keeps its own group walk. The four [Tkv, Hq, D]
@@ -95,8 +97,10 @@ Implementation implementation_for(const Tensor& q, const Tensor& v, std::initial
 }
 
 // Whether this backward runs by expansion: BB_ATTENTION_GQA_EXPAND=1 for every
-// grouped-query shape, 0 never, auto (or unset) on flash from kGqaExpandMinGroup on.
-bool gqa_expand_selected(Implementation impl, int64_t heads_q, int64_t heads_kv) {
+// grouped-query shape, 0 never, auto (or unset) on flash's FlashAttention-2
+// kernel from kGqaExpandMinGroup on.
+bool gqa_expand_selected(Implementation impl, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t heads_q = q.size(1), heads_kv = k.size(1);
   if (heads_q == heads_kv) return false;
   const char* env = std::getenv("BB_ATTENTION_GQA_EXPAND");
   const std::string mode = env ? env : "";
@@ -104,7 +108,8 @@ bool gqa_expand_selected(Implementation impl, int64_t heads_q, int64_t heads_kv)
            "'; it must be 0, 1 or auto");
   if (mode == "0") return false;
   if (mode == "1") return true;
-  return impl == Implementation::Flash && heads_q / heads_kv >= kGqaExpandMinGroup;
+  return impl == Implementation::Flash && heads_q / heads_kv >= kGqaExpandMinGroup &&
+         !flash_backward_on_sm90(q.size(2), v.size(2));
 }
 
 void check_activation(const Tensor& ref, const Tensor& t, const char* op, const char* name, const Shape& shape) {
@@ -228,7 +233,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
            ") would run on the flash kernel, whose dQ sums with atomics; use backend.attention_backend=cudnn "
            "(or auto in a build with cuDNN; cuDNN takes head dims up to 128 and the pair 192 / 128), or "
            "backend.deterministic=false");
-  if (impl != Implementation::Small && gqa_expand_selected(impl, q.size(1), k.size(1)))
+  if (impl != Implementation::Small && gqa_expand_selected(impl, q, k, v))
     expanded_backward(impl, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
   else
     run_backward(impl, dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
