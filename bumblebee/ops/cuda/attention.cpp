@@ -9,8 +9,8 @@
 // (attention_gqa_expand.cu): that kernel walks a group's query heads in one
 // block, and at 8:1 (Qwen3-30B-A3B, 32 / 4 heads, 2 x 4096 tokens) the
 // expansion took it from 8.30 to 6.10 ms on an H200. The sm_90a backward
-// walks the group as fast as the expanded heads (1.65 against 1.71 ms there),
-// and cuDNN's runs at the same rate either way (1.48 / 1.54 ms), so auto
+// walks the group faster than the expanded heads (1.62 against 1.72 ms there),
+// and cuDNN's runs at the same rate either way (1.48 / 1.55 ms), so auto
 // leaves both alone. The
 // environment variable BB_ATTENTION_GQA_EXPAND=0|1|auto (read at every call)
 // turns it off, on for every grouped shape on both tiled backends, or leaves
@@ -19,17 +19,20 @@
 //
 // backend.attention_backend (ops/attention_backend.h), or the environment
 // variable BB_ATTENTION_BACKEND over it, picks cudnn (cuDNN's fused attention
-// through cudnn-frontend; auto's choice in builds that found it: on an H200
-// the forwards are level, ~527 TFLOP/s at 2 x 16/8 heads of 128, and cuDNN's
-// backward leads ours 456 to 310 at 4 x 16/8, benchmarks/RESULTS.md) or flash
-// (our own kernels; auto's choice when the build has no cuDNN). The variable is read at every call, so one
-// process can compare both. Flash itself has two kernels a direction: on
-// compute capability 9.0 in builds with CUTLASS, the FlashAttention-3-style
-// sm_90a kernels run the forward of head dims (64, 64), (128, 128) and
-// (192, 128) (cutlass/flash_forward_sm90.h) and the backward of (64, 64) and
-// (128, 128) (cutlass/flash_backward_sm90.h), unless BB_FLASH_SM90=0 (read at
-// every call by flash_forward.cu / flash_backward.cu) keeps the
-// FlashAttention-2 ones.
+// through cudnn-frontend; auto's choice in builds that found it) or flash
+// (our own kernels; auto's choice when the build has no cuDNN). On an H200
+// our sm_90a kernels lead cuDNN's at 16 / 8 heads of 128 (forward 540-584
+// against 427-580 TFLOP/s, backward 444-473 against 367-458, 1-4 sequences
+// of 4096) and trail its backward at 32 / 4 (425 against 463) and wherever
+// the backward has no sm_90a kernel (192 / 128), so auto stays with cuDNN;
+// the dense benches train as fast on either (benchmarks/RESULTS.md). The
+// variable is read at every call, so one process can compare both. Flash
+// itself has two kernels a direction: on compute capability 9.0 in builds
+// with CUTLASS, the FlashAttention-3-style sm_90a kernels run the forward of
+// head dims (64, 64), (128, 128) and (192, 128) (cutlass/flash_forward_sm90.h)
+// and the backward of (64, 64) and (128, 128) (cutlass/flash_backward_sm90.h),
+// unless BB_FLASH_SM90=0 (read at every call by flash_forward.cu /
+// flash_backward.cu) keeps the FlashAttention-2 ones.
 //
 // The v head dim may differ from the q/k one (multi-head latent attention,
 // DeepSeek-V3: 192 / 128). Both tiled backends read 16-byte vectors, so they
