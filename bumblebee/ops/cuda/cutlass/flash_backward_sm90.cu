@@ -88,7 +88,8 @@ __global__ void row_stats_kernel(const __nv_bfloat16* __restrict__ out, const __
 }
 
 // dq = dq_accum * scale in bf16: one thread per column pair of one token and
-// head, reading the pair from its consumer's tile (dq_tile_offset).
+// head, reading the pair from its consumer's tile (dq_tile_offset). Tokens
+// past the last sequence get 0, as on the FlashAttention-2 path.
 template <class T>
 __global__ void dq_convert_kernel(const float* __restrict__ dq_accum, const int* __restrict__ cu_seqlens,
                                   int num_seqs, int64_t tokens, int heads, int64_t rows_padded, float scale,
@@ -99,6 +100,11 @@ __global__ void dq_convert_kernel(const float* __restrict__ dq_accum, const int*
   const int col = int(index % kPairs) * 2;
   const int64_t token = index / kPairs / heads;
   const int head = int(index / kPairs % heads);
+  auto* out = reinterpret_cast<__nv_bfloat162*>(dq) + index;
+  if (token >= cu_seqlens[num_seqs]) {
+    *out = __floats2bfloat162_rn(0.f, 0.f);
+    return;
+  }
   const int seq = last_seq_from(num_seqs, token, [&](int s) { return cu_seqlens[s]; });
   const int64_t row = int64_t(head) * rows_padded + fs::padded_row_start<T::kBlockM>(cu_seqlens, seq) +
                       (token - cu_seqlens[seq]);
@@ -106,7 +112,7 @@ __global__ void dq_convert_kernel(const float* __restrict__ dq_accum, const int*
   const float* tile = dq_accum + ((row / T::kBlockM) * T::kConsumers + consumer) * T::kDqTileFloats;
   const float2 v =
       *reinterpret_cast<const float2*>(tile + fs::dq_tile_offset(int(row % T::kBlockM), col % T::kDqCols));
-  reinterpret_cast<__nv_bfloat162*>(dq)[index] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
+  *out = __floats2bfloat162_rn(v.x * scale, v.y * scale);
 }
 
 template <int D>
