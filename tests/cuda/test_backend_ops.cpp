@@ -1154,8 +1154,9 @@ void attention_cases(std::vector<Case>& cases) {
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
   // Our kernels with the sm_90a ones where they apply (the default) and with
   // the FlashAttention-2 ones throughout (BB_FLASH_SM90=0). The varlen
-  // backward runs the grouped shapes from 4:1 on both by expansion (auto's
-  // choice) and walking the group in one block (gqa_expand=0).
+  // backward runs the grouped shapes from 4:1 as auto chooses (expansion on
+  // FlashAttention-2, the group walk on sm_90a) and walking the group in one
+  // block (gqa_expand=0); gqa_expand_shapes force both ways on sm_90a.
   for (const char* sm90 : {"", "0"}) {
     for (const AttentionShape& a : varlen_shapes) {
       add_attention_forward_case(cases, "flash", "flash", a, false, false, sm90);
