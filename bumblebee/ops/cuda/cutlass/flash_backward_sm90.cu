@@ -5,7 +5,7 @@
 // bulk copies and setmaxnreg need it).
 //
 // One block per 128 keys of one kv head of one sequence, Hkv x S x
-// ceil(max_seqlen_kv / 128) in the order of flash_sm90_schedule.cuh; blocks
+// ceil(max_seqlen_kv / 128) in the order of flash_sm90_schedule.h; blocks
 // past their sequence's end return at once.
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90.h"
 

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "bumblebee/ops/cuda/cutlass/flash_sm90_cute.cuh"
-#include "bumblebee/ops/cuda/cutlass/flash_sm90_schedule.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_sm90_schedule.h"
 
 #include <cutlass/gemm/collective/builders/sm90_common.inl>
 
@@ -161,7 +161,7 @@ template <class T>
 __device__ __forceinline__ KeyBlockSpan key_block_span(const typename T::Params& p) {
   KeyBlockSpan b;
   // Units are (kv head, sequence); tile 0 is the first key block, which the
-  // most queries see under the causal mask (flash_sm90_schedule.cuh).
+  // most queries see under the causal mask (flash_sm90_schedule.h).
   int unit, tile;
   block_unit_tile(p.order, int(blockIdx.x), unit, tile);
   b.n0 = tile * T::kBlockN;

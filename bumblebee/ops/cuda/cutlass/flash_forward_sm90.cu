@@ -4,7 +4,7 @@
 // TMA and setmaxnreg need it).
 //
 // One block per 128 query rows of one head of one sequence, Hq x S x
-// ceil(max_seqlen_q / 128) in the order of flash_sm90_schedule.cuh; blocks
+// ceil(max_seqlen_q / 128) in the order of flash_sm90_schedule.h; blocks
 // past their sequence's end return at once. Only the head dims the model zoo needs are instantiated
 // (each costs a minute of nvcc on CI's two cores).
 #include "bumblebee/ops/cuda/cutlass/flash_forward_sm90.h"

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "bumblebee/ops/cuda/cutlass/flash_sm90_cute.cuh"
-#include "bumblebee/ops/cuda/cutlass/flash_sm90_schedule.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_sm90_schedule.h"
 
 namespace bb::cuda::flash_sm90 {
 
@@ -105,7 +105,7 @@ template <class T>
 __device__ __forceinline__ BlockSpan block_span(const typename T::Params& p) {
   BlockSpan b;
   // Units are (query head, sequence); tile 0 is the last query tile, which
-  // sees the most keys under the causal mask (flash_sm90_schedule.cuh).
+  // sees the most keys under the causal mask (flash_sm90_schedule.h).
   int unit, tile;
   block_unit_tile(p.order, int(blockIdx.x), unit, tile);
   b.m_block = p.order.tiles - 1 - tile;

@@ -42,11 +42,14 @@ inline BlockOrder block_order(int units, int tiles, int64_t unit_bytes, int mult
 }
 
 // The unit and tile of block `linear`, tile 0 first within each section.
-__device__ __forceinline__ void block_unit_tile(const BlockOrder& o, int linear, int& unit, int& tile) {
+// Plain constexpr C++, so the kernels call it (nvcc's --expt-relaxed-constexpr)
+// and the CPU tests check it (tests/ops/test_flash_sm90_schedule.cpp).
+constexpr void block_unit_tile(const BlockOrder& o, int linear, int& unit, int& tile) {
   const int per_section = o.section * o.tiles;
   const int first_unit = linear / per_section * o.section;
   const int rest = linear % per_section;
-  const int width = min(o.section, o.units - first_unit);  // the last section may be narrower
+  const int left = o.units - first_unit;
+  const int width = o.section < left ? o.section : left;  // the last section may be narrower
   tile = rest / width;
   unit = first_unit + rest % width;
 }
