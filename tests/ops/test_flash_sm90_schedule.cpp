@@ -1,15 +1,20 @@
 // The block order of the sm_90a flash attention kernels
 // (cutlass/flash_sm90_schedule.h): every block gets its own (unit, tile), a
 // section starts every unit's heaviest tile (tile 0) before any unit's next,
-// and sections are sized by L2 bytes with a floor of two blocks a
-// multiprocessor. The attention harness on the GPU checks the kernels' outputs,
-// but its shapes are small enough to be one section; these cover the rest.
+// and sections are sized by L2 bytes with a floor of blocks a multiprocessor
+// (two, or BB_FLASH_SM90_SECTION_FLOOR). The attention harness on the GPU
+// checks the kernels' outputs, but its shapes are small enough to be one
+// section; these cover the rest.
 #include "bumblebee/ops/cuda/cutlass/flash_sm90_schedule.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
+
+#include "bumblebee/core/error.h"
 
 namespace bb {
 namespace {
@@ -18,6 +23,7 @@ using cuda::flash_sm90::block_order;
 using cuda::flash_sm90::block_unit_tile;
 using cuda::flash_sm90::BlockOrder;
 using cuda::flash_sm90::kSectionL2Bytes;
+using cuda::flash_sm90::section_floor;
 
 constexpr int kMultiprocessors = 132;  // an H100 / H200
 
@@ -71,6 +77,44 @@ TEST(FlashSm90Schedule, SectionsFitL2WithAFloorOfTwoBlocksAMultiprocessor) {
   EXPECT_EQ(block_order(3, 1, 0, kMultiprocessors).section, 3);
   // A unit larger than the L2 share and tiles enough to fill the machine: one unit a section.
   EXPECT_EQ(block_order(4, 2 * kMultiprocessors, 2 * kSectionL2Bytes, kMultiprocessors).section, 1);
+  // Other floors: one block a multiprocessor (ceil(132 / 32) = 5 units), one and a half (7).
+  EXPECT_EQ(block_order(32, 32, int64_t(8) << 20, kMultiprocessors, 1.0).section, 5);
+  EXPECT_EQ(block_order(32, 32, int64_t(8) << 20, kMultiprocessors, 1.5).section, 7);
+}
+
+// Sets BB_FLASH_SM90_SECTION_FLOOR for one test and unsets it after.
+class SectionFloorEnv : public ::testing::Test {
+ protected:
+  void TearDown() override { unsetenv("BB_FLASH_SM90_SECTION_FLOOR"); }
+  static void set(const char* value) { setenv("BB_FLASH_SM90_SECTION_FLOOR", value, 1); }
+};
+
+TEST_F(SectionFloorEnv, UnsetOrEmptyIsTwo) {
+  unsetenv("BB_FLASH_SM90_SECTION_FLOOR");
+  EXPECT_EQ(section_floor(), 2.0);
+  set("");
+  EXPECT_EQ(section_floor(), 2.0);
+}
+
+TEST_F(SectionFloorEnv, TakesAPositiveNumber) {
+  set("1.5");
+  EXPECT_EQ(section_floor(), 1.5);
+  set("64");
+  EXPECT_EQ(section_floor(), 64.0);
+}
+
+TEST_F(SectionFloorEnv, RejectsWhatIsNotAFloorNamingTheVariable) {
+  for (const char* bad : {"0", "-1", "two", "1.5x", "65"}) {
+    set(bad);
+    try {
+      section_floor();
+      ADD_FAILURE() << "'" << bad << "' accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("BB_FLASH_SM90_SECTION_FLOOR is '" + std::string(bad) + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -179,7 +179,8 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
     // A unit's blocks share its group's Q, dO, row statistics and dQ sums.
     const int64_t unit_bytes = int64_t(p.heads_q / p.heads_kv) * spans.max_seqlen_q *
                                (2 * D * int64_t(sizeof(Element)) + D * int64_t(sizeof(float)) + 2 * sizeof(float));
-    p.order = fs::block_order(p.heads_kv * num_seqs, n_blocks, unit_bytes, device_properties().multiProcessorCount);
+    p.order = fs::block_order(p.heads_kv * num_seqs, n_blocks, unit_bytes, device_properties().multiProcessorCount,
+                              fs::section_floor());
     const size_t smem = sizeof(typename T::SharedStorage);
     auto* kernel = fs::flash_backward_sm90_kernel<T>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

@@ -62,7 +62,8 @@ void launch(const Tensor& q, const Tensor& k, const Tensor& v, const ops::Attent
   // A unit's blocks share its kv head's K and V with the group's other query heads.
   const int64_t unit_bytes =
       spans.max_seqlen_kv * (DQK + DV) * int64_t(sizeof(Element)) / (p.heads_q / p.heads_kv);
-  p.order = fs::block_order(p.heads_q * num_seqs, m_blocks, unit_bytes, device_properties().multiProcessorCount);
+  p.order = fs::block_order(p.heads_q * num_seqs, m_blocks, unit_bytes, device_properties().multiProcessorCount,
+                            fs::section_floor());
   const size_t smem = sizeof(typename T::SharedStorage);
   auto* kernel = fs::flash_forward_sm90_kernel<T>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

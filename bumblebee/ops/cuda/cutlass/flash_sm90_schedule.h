@@ -12,20 +12,41 @@
 // run at once. So the units are cut into sections, and inside a section the
 // tile is the slow index and the unit the fast one (FlashAttention-3's
 // scheduler for its backward does the same). A section holds the units whose
-// shared bytes fit in part of L2, but at least two blocks a multiprocessor:
-// with fewer, the next section's heavy tiles start late. On an H200 (causal,
+// shared bytes fit in part of L2, but at least two blocks a multiprocessor
+// (BB_FLASH_SM90_SECTION_FLOOR): with fewer, the next section's heavy tiles
+// start late. On an H200 (causal,
 // seq 4096) the order took the backward at one sequence of 16 / 8 heads from
 // 313 to 444 TFLOP/s, and sections took the 128-head forward of multi-head
 // latent attention from 487 back to 645 (benchmarks/RESULTS.md).
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+
+#include "bumblebee/core/error.h"
 
 namespace bb::cuda::flash_sm90 {
 
 // The L2 bytes a section's shared tensors may take (of the H100 / H200's 50 MB).
 constexpr int64_t kSectionL2Bytes = int64_t(40) << 20;
+// The blocks a multiprocessor a section holds at least, unless
+// BB_FLASH_SM90_SECTION_FLOOR says otherwise (section_floor).
+constexpr double kSectionFloor = 2.0;
+
+// BB_FLASH_SM90_SECTION_FLOOR (read at every launch): the floor in blocks a
+// multiprocessor, a number in (0, 64]; unset or empty means kSectionFloor.
+// Between one and two the best value is not yet measured (benchmarks/NOTES.md).
+inline double section_floor() {
+  const char* env = std::getenv("BB_FLASH_SM90_SECTION_FLOOR");
+  if (env == nullptr || *env == '\0') return kSectionFloor;
+  char* end = nullptr;
+  const double floor = std::strtod(env, &end);
+  BB_CHECK(*end == '\0' && floor > 0 && floor <= 64, "BB_FLASH_SM90_SECTION_FLOOR is '", env,
+           "'; it must be a number of blocks a multiprocessor in (0, 64]");
+  return floor;
+}
 
 struct BlockOrder {
   int units;     // heads x sequences
@@ -34,10 +55,12 @@ struct BlockOrder {
 };
 
 // The order of units x tiles blocks whose units each share `unit_bytes`, on
-// a device of `multiprocessors`.
-inline BlockOrder block_order(int units, int tiles, int64_t unit_bytes, int multiprocessors) {
+// a device of `multiprocessors`, sections of at least `floor` blocks a
+// multiprocessor.
+inline BlockOrder block_order(int units, int tiles, int64_t unit_bytes, int multiprocessors,
+                              double floor = kSectionFloor) {
   const int64_t fit = kSectionL2Bytes / std::max<int64_t>(unit_bytes, 1);
-  const int64_t busy = (2 * int64_t(multiprocessors) + tiles - 1) / std::max(tiles, 1);
+  const int64_t busy = int64_t(std::ceil(floor * multiprocessors / std::max(tiles, 1)));
   return {units, tiles, int(std::clamp<int64_t>(std::max(fit, busy), 1, std::max(units, 1)))};
 }
 
