@@ -42,10 +42,10 @@ inline double section_floor() {
   const char* env = std::getenv("BB_FLASH_SM90_SECTION_FLOOR");
   if (env == nullptr || *env == '\0') return kSectionFloor;
   char* end = nullptr;
-  const double floor = std::strtod(env, &end);
-  BB_CHECK(*end == '\0' && floor > 0 && floor <= 64, "BB_FLASH_SM90_SECTION_FLOOR is '", env,
+  const double blocks = std::strtod(env, &end);
+  BB_CHECK(*end == '\0' && blocks > 0 && blocks <= 64, "BB_FLASH_SM90_SECTION_FLOOR is '", env,
            "'; it must be a number of blocks a multiprocessor in (0, 64]");
-  return floor;
+  return blocks;
 }
 
 struct BlockOrder {
@@ -55,12 +55,12 @@ struct BlockOrder {
 };
 
 // The order of units x tiles blocks whose units each share `unit_bytes`, on
-// a device of `multiprocessors`, sections of at least `floor` blocks a
+// a device of `multiprocessors`, sections of at least `floor_blocks` blocks a
 // multiprocessor.
 inline BlockOrder block_order(int units, int tiles, int64_t unit_bytes, int multiprocessors,
-                              double floor = kSectionFloor) {
+                              double floor_blocks = kSectionFloor) {
   const int64_t fit = kSectionL2Bytes / std::max<int64_t>(unit_bytes, 1);
-  const int64_t busy = int64_t(std::ceil(floor * multiprocessors / std::max(tiles, 1)));
+  const int64_t busy = int64_t(std::ceil(floor_blocks * multiprocessors / std::max(tiles, 1)));
   return {units, tiles, int(std::clamp<int64_t>(std::max(fit, busy), 1, std::max(units, 1)))};
 }
 
