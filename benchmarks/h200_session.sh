@@ -3,7 +3,9 @@
 # named on the command line (default: harness fixtures bench):
 #   harness   CUDA-vs-CPU op harness (tests/cuda), forward and backward
 #   perf      kernel timings (bb_cuda_ops --perf) beside PyTorch SDPA (benchmarks/baselines/sdpa_bench.py; PERF_SDPA=0 skips it);
-#             PERF_FILTER=rmsnorm,moe_dispatch times only those groups
+#             PERF_FILTER=rmsnorm,moe_dispatch times only those groups; PERF_VARIANTS runs it once per
+#             variant, each comma-separated VAR=VALUE settings or "default" (e.g. PERF_VARIANTS="default
+#             BB_FLASH_SM90_SECTION_FLOOR=1 BB_FLASH_SM90_SECTION_FLOOR=1.5")
 #   cudnn_variants  cuDNN SDPA backward by graph variant (benchmarks/cudnn_sdpa_variants.cu: ragged or dense, padding
 #             mask, causal alignment, layout) with the system cuDNN and with PyTorch's
 #   gg_tiles  CUTLASS grouped GEMM tile configurations at the MoE expert shapes (benchmarks/grouped_gemm_tiles.cu):
@@ -174,7 +176,13 @@ for stage in $stages; do
       timeout 240 $bin/bb_cuda_ops ${HARNESS_FILTER:+--filter $HARNESS_FILTER} > "$LOGS/harness.log" 2>&1; echo "exit $?"
       grep -E "FAIL|passed" "$LOGS/harness.log" | tail -40 ;;
     perf)
-      timeout 200 $bin/bb_cuda_ops --perf ${PERF_FILTER:+--filter $PERF_FILTER} 2>&1 | tee "$LOGS/perf.log" | grep -v "^$"
+      for pv in ${PERF_VARIANTS:-default}; do
+        # A variant is comma-separated VAR=VALUE settings for that run (default: none).
+        [ "$pv" = default ] && envs=() || IFS=, read -ra envs <<< "$pv"
+        echo "-- perf $pv"
+        env ${envs[@]+"${envs[@]}"} timeout 200 $bin/bb_cuda_ops --perf ${PERF_FILTER:+--filter $PERF_FILTER} 2>&1 |
+          tee -a "$LOGS/perf.log" | grep -v "^$"
+      done
       [ "${PERF_SDPA:-1}" = 1 ] && timeout 150 $py benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$LOGS/sdpa.log" ;;
     cudnn_variants)
       /usr/local/cuda/bin/nvcc -std=c++17 -O2 -arch=sm_90 -Ithird_party/cudnn-frontend/include \
