@@ -316,45 +316,44 @@ void dispatch_team(TeamShape shape, F&& f) {
 template <typename TX>
 constexpr int kForwardMaxGroups = sizeof(TX) == 2 ? 16 : 8;
 
-// The arguments both forward ops take, checked alike: devices, shapes, rstd's
-// dtype and the x / w pair. Returns the row count.
-int64_t check_forward_args(const char* op, const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd) {
+// What every RMSNorm op checks alike: x on CUDA with w and rstd beside it,
+// w [n], rstd float32 with a value a row, and the x / w dtype pair. Returns
+// the row count.
+int64_t check_norm_args(const char* op, const Tensor& x, const Tensor& w, const Tensor& rstd) {
   check_cuda(x, op, "x");
   check_cuda_same(x, w, op, "w");
-  check_cuda_same(x, y, op, "y");
   check_cuda_same(x, rstd, op, "rstd");
   BB_CHECK(x.dim() >= 1, op, ": x must have a last dimension");
   const int64_t n = x.size(-1), rows = row_count(x, n);
   const std::string name(op);
   check_shape(w, {n}, (name + ": w").c_str());
-  check_shape(y, x.shape(), (name + ": y").c_str());
   BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
   check_dtype(rstd, DType::F32, (name + ": rstd").c_str());
   check_x_w_dtypes(x.dtype(), w.dtype(), op);
   return rows;
 }
 
-// The arguments both backward ops take, checked alike: devices, shapes, rstd
-// and dw's dtypes, and the x / w pair. Returns the row count.
+// The arguments both forward ops take: check_norm_args' and y, shaped as x.
+int64_t check_forward_args(const char* op, const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd) {
+  const int64_t rows = check_norm_args(op, x, w, rstd);
+  check_cuda_same(x, y, op, "y");
+  check_shape(y, x.shape(), (std::string(op) + ": y").c_str());
+  return rows;
+}
+
+// The arguments both backward ops take: check_norm_args', dy and dx shaped as
+// x, and dw as w in float32 or bfloat16.
 int64_t check_backward_args(const char* op, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                             const Tensor& dx, const Tensor& dw) {
-  check_cuda(x, op, "x");
+  const int64_t rows = check_norm_args(op, x, w, rstd);
   check_cuda_same(x, dy, op, "dy");
-  check_cuda_same(x, w, op, "w");
-  check_cuda_same(x, rstd, op, "rstd");
   check_cuda_same(x, dx, op, "dx");
   check_cuda_same(x, dw, op, "dw");
-  BB_CHECK(x.dim() >= 1, op, ": x must have a last dimension");
-  const int64_t n = x.size(-1), rows = row_count(x, n);
   const std::string name(op);
-  check_shape(w, {n}, (name + ": w").c_str());
   check_shape(dy, x.shape(), (name + ": dy").c_str());
   check_shape(dx, x.shape(), (name + ": dx").c_str());
-  check_shape(dw, {n}, (name + ": dw").c_str());
-  BB_CHECK(rstd.numel() == rows, op, ": rstd has ", rstd.numel(), " elements for ", rows, " rows");
-  check_dtype(rstd, DType::F32, (name + ": rstd").c_str());
+  check_shape(dw, {x.size(-1)}, (name + ": dw").c_str());
   check_dtype_in(dw, op, "dw", {DType::F32, DType::BF16});
-  check_x_w_dtypes(x.dtype(), w.dtype(), op);
   return rows;
 }
 
