@@ -441,6 +441,15 @@ void embedding_cases(std::vector<Case>& cases) {
   }
 }
 
+// rstd of x under w from the CPU forward, as a pair: the backward cases
+// give both sides the same values.
+Pair rstd_from_cpu_forward(const Pair& x, const Pair& w, double eps) {
+  Tensor y = Tensor::empty(x.cpu.shape(), DType::F32);
+  Tensor rstd = Tensor::empty({x.cpu.numel() / w.cpu.numel()}, DType::F32);
+  ops::rmsnorm_forward(x.cpu, w.cpu, eps, y, rstd);
+  return pair_from_cpu(rstd, DType::F32);
+}
+
 void rmsnorm_cases(std::vector<Case>& cases) {
   // x's dtype with w's: bfloat16 activations, the float32 residual stream
   // normalised into bfloat16, and all float32. y and dy take w's dtype, dx x's.
@@ -474,11 +483,7 @@ void rmsnorm_cases(std::vector<Case>& cases) {
                            Pair x = random_pair(gen, {rows, n}, x_dt);
                            Pair w = random_pair(gen, {n}, w_dt, 0.2, 1.0);
                            Pair dy = random_pair(gen, {rows, n}, w_dt);
-                           // rstd from the CPU forward, the same values on both sides.
-                           Tensor y_cpu = Tensor::empty({rows, n}, DType::F32),
-                                  rstd_cpu = Tensor::empty({rows}, DType::F32);
-                           ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
-                           Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
+                           Pair rstd = rstd_from_cpu_forward(x, w, eps);
                            Pair dx = output_pair({rows, n}, x_dt);
                            Pair dw = random_pair(gen, {n}, dw_dt);
                            cuda::rmsnorm_backward(dy.gpu, x.gpu, w.gpu, rstd.gpu, dx.gpu, dw.gpu);
@@ -539,11 +544,7 @@ void add_rmsnorm_cases(std::vector<Case>& cases) {
                            Pair w = random_pair(gen, {n}, w_dt, 0.2, 1.0);
                            Pair dy = random_pair(gen, {rows, n}, w_dt);
                            Pair residual_grad = random_pair(gen, {rows, n}, x_dt);
-                           // rstd from the CPU forward, the same values on both sides.
-                           Tensor y_cpu = Tensor::empty({rows, n}, DType::F32),
-                                  rstd_cpu = Tensor::empty({rows}, DType::F32);
-                           ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
-                           Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
+                           Pair rstd = rstd_from_cpu_forward(x, w, eps);
                            Pair dx = output_pair({rows, n}, x_dt);
                            Pair dw = random_pair(gen, {n}, dw_dt);
                            Tensor dw2 = Tensor::empty({n}, dw_dt, gpu), dx2 = Tensor::empty({rows, n}, x_dt, gpu);
@@ -732,10 +733,7 @@ void rmsnorm_rope_cases(std::vector<Case>& cases) {
                            Pair dy = random_pair(gen, xs, w_dt);
                            Pair positions = draw_positions(gen);
                            const Tensor inv_freq = rope_inv_freq(h.dim, 1e6);
-                           // rstd from the CPU forward, the same values on both sides.
-                           Tensor y_cpu = Tensor::empty(xs, DType::F32), rstd_cpu = Tensor::empty({rows}, DType::F32);
-                           ops::rmsnorm_forward(x.cpu, w.cpu, eps, y_cpu, rstd_cpu);
-                           Pair rstd = pair_from_cpu(rstd_cpu, DType::F32);
+                           Pair rstd = rstd_from_cpu_forward(x, w, eps);
                            Pair dx = output_pair(xs, x_dt);
                            Pair dw = random_pair(gen, {h.dim}, dw_dt);
                            Tensor dw2 = Tensor::empty({h.dim}, dw_dt, gpu), dx2 = Tensor::empty(xs, x_dt, gpu);
