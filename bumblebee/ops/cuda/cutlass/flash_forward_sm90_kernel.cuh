@@ -229,10 +229,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_forward_sm90_kernel(cons
   // The warpgroup index made warp-uniform for the compiler.
   const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (threadIdx.x == 0) cutlass::arch::ClusterTransactionBarrier::init(&ss.q_full, 1);
-  typename T::Pipeline::Params pipe;
-  pipe.role = warp_group == 0 ? T::Pipeline::ThreadCategory::Producer : T::Pipeline::ThreadCategory::Consumer;
-  pipe.is_leader = threadIdx.x == 0;
-  pipe.num_consumers = T::kMmaThreads;
+  auto pipe = pipeline_roles<typename T::Pipeline>(warp_group, T::kMmaThreads);
   pipe.transaction_bytes = T::kKBytes;
   typename T::Pipeline k_pipeline(ss.k_pipeline, pipe, Shape<_1, _1, _1>{});
   pipe.transaction_bytes = T::kVBytes;
