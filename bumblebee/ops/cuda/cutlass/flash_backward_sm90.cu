@@ -115,6 +115,28 @@ __global__ void dq_convert_kernel(const float* __restrict__ dq_accum, const int*
   *out = __floats2bfloat162_rn(v.x * scale, v.y * scale);
 }
 
+// dk, dv = the sum over the group's parts of dk_parts, dv_parts (fixed order),
+// as bf16: one thread per column pair of one key row and kv head, rows past
+// the last sequence untouched, as the unsplit kernel leaves them.
+__global__ void sum_group_parts_kernel(const float* __restrict__ dk_parts, const float* __restrict__ dv_parts,
+                                       int parts, const int* __restrict__ cu_seqlens_kv, int num_seqs,
+                                       int64_t pairs_per_row, int64_t part_pairs, __nv_bfloat16* __restrict__ dk,
+                                       __nv_bfloat16* __restrict__ dv) {
+  const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (token, kv head, pair)
+  if (index >= part_pairs || index / pairs_per_row >= cu_seqlens_kv[num_seqs]) return;
+  float2 k = make_float2(0.f, 0.f), v = k;
+  for (int part = 0; part < parts; ++part) {
+    const float2 pk = reinterpret_cast<const float2*>(dk_parts)[part * part_pairs + index];
+    const float2 pv = reinterpret_cast<const float2*>(dv_parts)[part * part_pairs + index];
+    k.x += pk.x;
+    k.y += pk.y;
+    v.x += pv.x;
+    v.y += pv.y;
+  }
+  reinterpret_cast<__nv_bfloat162*>(dk)[index] = __floats2bfloat162_rn(k.x, k.y);
+  reinterpret_cast<__nv_bfloat162*>(dv)[index] = __floats2bfloat162_rn(v.x, v.y);
+}
+
 template <int D>
 void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
             const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
@@ -171,21 +193,38 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
   p.dq_accum = static_cast<float*>(dq_accum.raw());
   p.dk = static_cast<Element*>(dk.raw());
   p.dv = static_cast<Element*>(dv.raw());
+  p.group_parts = fs::group_parts_for(p.heads_q / p.heads_kv);
+  Tensor dk_parts, dv_parts;
+  if (p.group_parts > 1) {
+    dk_parts = Tensor::empty({p.group_parts, k.size(0), k.size(1), D}, DType::F32, q.device());
+    dv_parts = Tensor::empty({p.group_parts, k.size(0), k.size(1), D}, DType::F32, q.device());
+    p.dk_parts = static_cast<float*>(dk_parts.raw());
+    p.dv_parts = static_cast<float*>(dv_parts.raw());
+  }
 
   const int n_blocks = int((spans.max_seqlen_kv + T::kBlockN - 1) / T::kBlockN);
   if (num_seqs > 0 && n_blocks > 0) {
-    const int64_t blocks = int64_t(p.heads_kv) * num_seqs * n_blocks;
+    const int units = p.heads_kv * num_seqs * p.group_parts;
+    const int64_t blocks = int64_t(units) * n_blocks;
     BB_CHECK(blocks <= INT_MAX, "flash_sm90_backward: ", blocks, " blocks, more than a grid holds");
-    // A unit's blocks share its group's Q, dO, row statistics and dQ sums.
-    const int64_t unit_bytes = int64_t(p.heads_q / p.heads_kv) * spans.max_seqlen_q *
+    // A unit's blocks share its part of the group's Q, dO, row statistics and dQ sums.
+    const int64_t unit_bytes = int64_t(p.heads_q / p.heads_kv / p.group_parts) * spans.max_seqlen_q *
                                (2 * D * int64_t(sizeof(Element)) + D * int64_t(sizeof(float)) + 2 * sizeof(float));
-    p.order = fs::block_order(p.heads_kv * num_seqs, n_blocks, unit_bytes, device_properties().multiProcessorCount,
+    p.order = fs::block_order(units, n_blocks, unit_bytes, device_properties().multiProcessorCount,
                               fs::section_floor());
     const size_t smem = sizeof(typename T::SharedStorage);
     auto* kernel = fs::flash_backward_sm90_kernel<T>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     kernel<<<unsigned(blocks), T::kThreads, smem, stream>>>(p);
     CUDA_CHECK_LAUNCH("flash_sm90_backward");
+  }
+  if (p.group_parts > 1) {
+    const int64_t part_pairs = dk.numel() / 2;
+    constexpr int kSumThreads = 256;
+    sum_group_parts_kernel<<<unsigned((part_pairs + kSumThreads - 1) / kSumThreads), kSumThreads, 0, stream>>>(
+        p.dk_parts, p.dv_parts, p.group_parts, p.cu_seqlens_kv, num_seqs, int64_t(p.heads_kv) * D / 2, part_pairs,
+        static_cast<__nv_bfloat16*>(dk.raw()), static_cast<__nv_bfloat16*>(dv.raw()));
+    CUDA_CHECK_LAUNCH("flash_sm90_backward (group parts)");
   }
 
   const int64_t pairs = dq.numel() / 2;

@@ -47,7 +47,7 @@ namespace bb::cuda::flash_sm90 {
 
 // The step's query head and first query row.
 __device__ __forceinline__ int step_head(const KeyBlockSpan& b, int step) {
-  return b.kv_head * b.group + step / b.m_count;
+  return b.first_head + step / b.m_count;
 }
 template <class T>
 __device__ __forceinline__ int step_m0(const KeyBlockSpan& b, int step) {
@@ -243,8 +243,14 @@ __device__ void consume_steps(const typename T::Params& p, typename T::SharedSto
     pipeline.consumer_release(state);
     ++state;
   }
-  store_key_rows<D>(p.dv, tVrdV, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
-  store_key_rows<D>(p.dk, tKrdK, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, p.scale);
+  if (p.group_parts == 1) {
+    store_key_rows<D>(p.dv, tVrdV, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
+    store_key_rows<D>(p.dk, tKrdK, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, p.scale);
+  } else {
+    const int64_t part = int64_t(b.part) * p.tokens_kv * p.heads_kv * D;
+    store_key_rows<D>(p.dv_parts + part, tVrdV, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
+    store_key_rows<D>(p.dk_parts + part, tKrdK, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, p.scale);
+  }
 }
 
 template <class T>

@@ -91,18 +91,24 @@ __device__ __forceinline__ int dq_tile_offset(int row, int col) {
   return 4 * (128 * (reg / 4) + thread) + reg % 4;
 }
 
-// dK or dV rows (keys inside the sequence) from registers, times `scale`, as bf16.
-template <int D, class Acc, class Coords>
-__device__ __forceinline__ void store_key_rows(cutlass::bfloat16_t* out, const Acc& acc, const Coords& coords,
-                                               int64_t kv_start, int n0, int len_kv, int heads_kv, int kv_head,
-                                               float scale) {
+// A column pair as bf16 (dK, dV) or fp32 (a group part's dK, dV).
+__device__ __forceinline__ void store_pair(cutlass::bfloat16_t* dst, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void store_pair(float* dst, float a, float b) {
+  *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+}
+
+// dK or dV rows (keys inside the sequence) from registers, times `scale`.
+template <int D, class Out, class Acc, class Coords>
+__device__ __forceinline__ void store_key_rows(Out* out, const Acc& acc, const Coords& coords, int64_t kv_start,
+                                               int n0, int len_kv, int heads_kv, int kv_head, float scale) {
 #pragma unroll
   for (int i = 0; i < cute::size(acc); i += 2) {
     const int key = n0 + int(cute::get<0>(coords(i)));
     if (key >= len_kv) continue;
     const int col = int(cute::get<1>(coords(i)));
-    auto* dst = reinterpret_cast<__nv_bfloat162*>(out + ((kv_start + key) * heads_kv + kv_head) * D + col);
-    *dst = __floats2bfloat162_rn(acc(i) * scale, acc(i + 1) * scale);
+    store_pair(out + ((kv_start + key) * heads_kv + kv_head) * D + col, acc(i) * scale, acc(i + 1) * scale);
   }
 }
 

@@ -118,7 +118,8 @@ struct BackwardTraits {
     int tokens_q, tokens_kv, heads_q, heads_kv;
     const int* cu_seqlens_q;   // [S + 1]
     const int* cu_seqlens_kv;  // [S + 1]
-    BlockOrder order;          // units (kv head, sequence) x key blocks
+    BlockOrder order;          // units (part, kv head, sequence) x key blocks
+    int group_parts;           // blocks a key block's group walk is split over (group_parts_for)
     bool causal;               // diagonal bottom-right, as the forward
     float scale;               // softmax scale (dK's factor; dQ's is applied at its conversion)
     float scale_log2;          // softmax scale * log2(e)
@@ -126,10 +127,25 @@ struct BackwardTraits {
     const float* lse_log2;     // [heads_q, rows_padded]: lse * log2(e); +inf for padding and rows that saw no key
     const float* dsum;         // [heads_q, rows_padded]: rowsum(dout * out); 0 for padding
     float* dq_accum;           // [heads_q, rows_padded / kBlockM, kConsumers, kDqTileFloats], unscaled
-    Element* dk;               // [tokens_kv, heads_kv, D]
-    Element* dv;               // [tokens_kv, heads_kv, D]
+    Element* dk;               // [tokens_kv, heads_kv, D], when group_parts is 1
+    Element* dv;               // [tokens_kv, heads_kv, D], when group_parts is 1
+    float* dk_parts;           // [group_parts, tokens_kv, heads_kv, D] scaled, when group_parts > 1
+    float* dv_parts;           // [group_parts, tokens_kv, heads_kv, D], when group_parts > 1
   };
 };
+
+// How many blocks share the walk over a kv head's group of `group` query heads
+// for one key block: a block walks at most kMaxGroupWalk heads. At 8:1 (32 / 4
+// heads, 2 x 4096 tokens) key block 0 alone walked 8 heads x 64 query tiles,
+// as many steps as the mean multiprocessor's whole share, so it ended the call
+// (425 TFLOP/s against 459 at 4:1, benchmarks/RESULTS.md). The parts' dK and
+// dV sum in fp32 in a second kernel.
+constexpr int kMaxGroupWalk = 4;
+inline int group_parts_for(int group) {
+  int parts = 1;
+  while (group / parts > kMaxGroupWalk || group % parts != 0) ++parts;
+  return parts;
+}
 
 // The padded query-row space: sequence s's rows start at padded_row_start(s),
 // a multiple of kBlockM, and its last tile ends before sequence s + 1's
@@ -147,27 +163,31 @@ __host__ __device__ __forceinline__ int64_t padded_rows(int64_t tokens, int num_
 }
 
 // The key rows of one block and the query tiles ("steps": every query head of
-// the kv head's group times the query tiles that see the keys) it walks.
+// its part of the kv head's group times the query tiles that see the keys) it
+// walks.
 struct KeyBlockSpan {
-  int n0, kv_head, group;
+  int n0, kv_head;
+  int part, first_head, heads;  // the part of the group: query heads first_head .. + heads - 1
   int q_start, len_q, kv_start, len_kv;
   int q_padded;         // the sequence's first row in the padded row space
   int shift;            // causal: query row i sees keys j <= i + shift
   int m_first, m_count;  // query tiles m_first .. m_first + m_count - 1, per head
-  int steps;            // group * m_count
+  int steps;            // heads * m_count
 };
 
 template <class T>
 __device__ __forceinline__ KeyBlockSpan key_block_span(const typename T::Params& p) {
   KeyBlockSpan b;
-  // Units are (kv head, sequence); tile 0 is the first key block, which the
-  // most queries see under the causal mask (flash_sm90_schedule.h).
+  // Units are (part, kv head, sequence); tile 0 is the first key block, which
+  // the most queries see under the causal mask (flash_sm90_schedule.h).
   int unit, tile;
   block_unit_tile(p.order, int(blockIdx.x), unit, tile);
   b.n0 = tile * T::kBlockN;
-  b.kv_head = unit % p.heads_kv;
-  b.group = p.heads_q / p.heads_kv;
-  const int seq = unit / p.heads_kv;
+  b.part = unit % p.group_parts;
+  b.kv_head = unit / p.group_parts % p.heads_kv;
+  b.heads = p.heads_q / p.heads_kv / p.group_parts;
+  b.first_head = (b.kv_head * p.group_parts + b.part) * b.heads;
+  const int seq = unit / p.group_parts / p.heads_kv;
   b.q_start = p.cu_seqlens_q[seq];
   b.len_q = p.cu_seqlens_q[seq + 1] - b.q_start;
   b.q_padded = padded_row_start<T::kBlockM>(p.cu_seqlens_q, seq);
@@ -178,7 +198,7 @@ __device__ __forceinline__ KeyBlockSpan key_block_span(const typename T::Params&
   // n0 - shift); none when that row is past the sequence.
   b.m_first = p.causal ? max(0, b.n0 - b.shift) / T::kBlockM : 0;
   b.m_count = max(0, (b.len_q + T::kBlockM - 1) / T::kBlockM - b.m_first);
-  b.steps = b.group * b.m_count;
+  b.steps = b.heads * b.m_count;
   return b;
 }
 
