@@ -196,8 +196,8 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
   p.group_parts = fs::group_parts_for(p.heads_q / p.heads_kv);
   Tensor dk_parts, dv_parts;
   if (p.group_parts > 1) {
-    dk_parts = Tensor::empty({p.group_parts, k.size(0), k.size(1), D}, DType::F32, q.device());
-    dv_parts = Tensor::empty({p.group_parts, k.size(0), k.size(1), D}, DType::F32, q.device());
+    dk_parts = Tensor::empty({int64_t{p.group_parts}, k.size(0), k.size(1), D}, DType::F32, q.device());
+    dv_parts = Tensor::empty({int64_t{p.group_parts}, k.size(0), k.size(1), D}, DType::F32, q.device());
     p.dk_parts = static_cast<float*>(dk_parts.raw());
     p.dv_parts = static_cast<float*>(dv_parts.raw());
   }
