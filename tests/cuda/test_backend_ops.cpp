@@ -455,12 +455,13 @@ void rmsnorm_cases(std::vector<Case>& cases) {
   // normalised into bfloat16, and all float32. y and dy take w's dtype, dx x's.
   const std::pair<DType, DType> dtypes[] = {
       {DType::BF16, DType::BF16}, {DType::F32, DType::BF16}, {DType::F32, DType::F32}};
-  // Rows of 64 to 2048 take the team kernels, one shape per team width and
-  // group count (n = 768 and 1536 leave some of a lane's groups past the
-  // row's end); 4096 the team forward and the general backward; 100 and 8192
-  // the general kernels.
+  // Rows of 64 to 4096 take the team kernels, one shape per team width and
+  // group count (n = 768, 1536 and 3072 leave some of a lane's groups past
+  // the row's end), the backward from 1024 with its dw share in shared
+  // memory; a float32 x or w takes the general backward past 2048; 100 and
+  // 8192 the general kernels.
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{37, 4096}, {1000, 128}, {5, 100}, {3, 8192}, {300, 64}, {77, 96},
-                         {130, 192}, {65, 256}, {40, 768}, {33, 1536}, {500, 2048}}) {
+                         {130, 192}, {65, 256}, {40, 768}, {33, 1536}, {500, 2048}, {21, 3072}}) {
     for (auto [x_dt, w_dt] : dtypes) {
       std::string shape = fmt("R=%lld n=%lld x=%s w=%s", (long long)rows, (long long)n, short_name(x_dt),
                               short_name(w_dt));
@@ -501,9 +502,9 @@ void rmsnorm_cases(std::vector<Case>& cases) {
 
 // The residual add with RMSNorm (a decoder layer's residual stream into its
 // next norm) at rmsnorm_cases' shapes and dtype pairs, the branch and dy of
-// w's dtype, h and the residual gradient of x's: rows of 64 to 2048 (4096
-// forward in bfloat16; backward only to 1024 with a float32 x) take the
-// fused kernels, the others the two ops in sequence. Each against the CPU op (the two CPU ops in sequence) and bit
+// w's dtype, h and the residual gradient of x's: rows of 64 to 4096 (the
+// backward only to 2048 with a float32 x) take the fused kernels, the others
+// the two ops in sequence. Each against the CPU op (the two CPU ops in sequence) and bit
 // for bit against the two CUDA ops it stands for: h, y, rstd, dx and dw (the
 // backward runs on rmsnorm_backward's grid, so dw's sums are its sums).
 void add_rmsnorm_cases(std::vector<Case>& cases) {
@@ -511,7 +512,7 @@ void add_rmsnorm_cases(std::vector<Case>& cases) {
       {DType::BF16, DType::BF16}, {DType::F32, DType::BF16}, {DType::F32, DType::F32}};
   const Device gpu = Device::cuda(0);
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{37, 4096}, {1000, 128}, {5, 100}, {3, 8192}, {300, 64}, {77, 96},
-                         {130, 192}, {65, 256}, {40, 768}, {33, 1536}, {500, 2048}}) {
+                         {130, 192}, {65, 256}, {40, 768}, {33, 1536}, {500, 2048}, {21, 3072}}) {
     for (auto [x_dt, w_dt] : dtypes) {
       const std::string shape = fmt("R=%lld n=%lld x=%s w=%s", (long long)rows, (long long)n, short_name(x_dt),
                                     short_name(w_dt));

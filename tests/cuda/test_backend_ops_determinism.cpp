@@ -3,11 +3,11 @@
 // bits both times, besides matching the CPU oracle.
 //
 //   rmsnorm_backward    always fixed-order (many rows, many blocks; the team
-//                       kernels at n <= 2048, the general ones above and at 100)
+//                       kernels at n <= 4096, the general ones above and at 100)
 //   add_rmsnorm_backward
 //                       always fixed-order (the residual gradient on top of
-//                       rmsnorm_backward's team kernels at Qwen3-1.7B's and
-//                       0.6B's rows; the two ops with a float32 x at 2048)
+//                       rmsnorm_backward's team kernels at Qwen3-8B's, 1.7B's
+//                       and 0.6B's rows, bfloat16 and a float32 x)
 //   rmsnorm_rope_backward
 //                       always fixed-order (q/k norm with RoPE: dw over many
 //                       blocks; head dims 64, 128, 256)
@@ -86,12 +86,13 @@ void rmsnorm_cases(std::vector<Case>& cases) {
   }
 }
 
-// The decoder norms of Qwen3-1.7B (2048) and Qwen3-0.6B (1024) over a
-// micro-batch of 8192 tokens, with the residual gradient; bfloat16 and the
-// float32 residual stream.
+// The decoder norms of Qwen3-8B (4096), Qwen3-1.7B (2048) and Qwen3-0.6B
+// (1024) over a micro-batch of 8192 tokens, with the residual gradient;
+// bfloat16 and the float32 residual stream.
 void add_rmsnorm_cases(std::vector<Case>& cases) {
   for (auto [rows, n, x_dt] : {std::tuple<int64_t, int64_t, DType>{8192, 2048, DType::BF16},
-                               {8192, 2048, DType::F32}, {8192, 1024, DType::BF16}}) {
+                               {8192, 2048, DType::F32}, {8192, 1024, DType::BF16},
+                               {8192, 4096, DType::BF16}}) {
     const std::string shape =
         fmt("R=%lld n=%lld x=%s w=bf16", (long long)rows, (long long)n, x_dt == DType::BF16 ? "bf16" : "f32");
     const double bound = x_dt == DType::BF16 ? kBf16Bound : kF32Bound;

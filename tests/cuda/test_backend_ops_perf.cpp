@@ -291,8 +291,7 @@ void perf_cudnn_graphs(int64_t heads_q, int64_t heads_kv, int64_t dim_qk, int64_
 // norm of Qwen3-1.7B's decoder layers (8192 x 2048, bfloat16 and the float32
 // residual stream) against add then rmsnorm (forward) and rmsnorm then add_
 // (backward), rated likewise: x, branch, h and y (forward); dy, x, the
-// residual gradient and dx (backward). With a float32 x the backward's rows
-// of 2048 are past the team kernels and run the two ops.
+// residual gradient and dx (backward).
 void perf_rmsnorm() {
   const std::pair<int64_t, int64_t> shapes[] = {{16384, 4096}, {8192, 2048}, {8192 * 32, 128}, {8192 * 4, 128}};
   for (auto [rows, n] : shapes) {

@@ -1,15 +1,17 @@
 // Fused RMSNorm over the last dimension, forward and backward, fp32 math;
 // and the residual add with the norm after it (add_rmsnorm_forward / _backward).
 //
-// Rows of up to 2048 elements (a decoder's hidden size, and the q/k norms
+// Rows of up to 4096 elements (a decoder's hidden size, and the q/k norms
 // over head_dim 64-256 with 32x as many rows) take the team kernels: a team
 // of T lanes (8, 16 or 32, so short rows share a warp instead of leaving
 // lanes idle) owns one row at a time, and lane l holds the row's 8-column
 // groups l, l + T, ..., l + (G - 1) T in registers. G is a template argument,
 // so a lane issues all of its loads of a row before the first one returns,
 // and the row is read once. The backward keeps each lane's share of the
-// weight gradient in registers too; the teams of a block then add theirs
-// into one per-block partial, team after team.
+// weight gradient in registers for short rows and in its team's slice of
+// shared memory for long ones (rows of 1024 bfloat16 and up, where the
+// registers go to the row); the teams of a block then add theirs into one
+// per-block partial, team after team.
 //
 // Longer rows and unaligned or odd-sized ones take the general kernels: one
 // warp per row with a runtime column loop; the backward accumulates each
@@ -78,12 +80,26 @@ __device__ __forceinline__ void store_cols(T* p, const float (&v)[8]) {
   else *p = from_float<T>(v[0]);
 }
 
-// ---- team kernels: rows of up to 2048 elements, held in registers ----
+// ---- team kernels: rows of up to 4096 elements, held in registers ----
 
-// Groups of 8 columns a lane may hold: 8 (n <= 2048 at T = 32) when x and w
-// are bfloat16, 4 when either is float32 (its packs take twice the registers).
+// Groups of 8 columns a lane may hold in the backward, where it keeps x's and
+// dy's packs: 16 (n <= 4096 at T = 32) when both are bfloat16, 8 when either
+// is float32 (its packs take twice the registers); up to 128 registers.
 template <typename TX, typename TW>
-constexpr int kMaxGroups = sizeof(TX) + sizeof(TW) == 4 ? 8 : 4;
+constexpr int kMaxGroups = sizeof(TX) + sizeof(TW) == 4 ? 16 : 8;
+
+// From 4 groups a lane on, the lane's dw share (8 floats a group) goes to
+// shared memory: in registers it would hold a bfloat16 row of 2048 to two
+// blocks (8 warps) an SM, too few rows in flight to cover HBM's latency.
+template <int G>
+constexpr bool kSharedDw = G >= 4;
+
+// Dynamic shared memory of a team backward block: block_dw [n], or with
+// SharedDw one slice of n floats a team.
+template <int T, int G>
+constexpr size_t backward_smem(int64_t n) {
+  return size_t(n) * sizeof(float) * (kSharedDw<G> ? kBackwardThreads / T : 1);
+}
 
 // y and rstd of the team's row `row`, held in xv.
 template <typename TX, typename TW, int T, int G>
@@ -143,34 +159,62 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The general backward's formulas (backward_row) with the row and the lane's
-// dw partial in registers. Team t of block b takes rows b * teams + t, then
-// every (gridDim.x * teams)-th row after it; at the end the block's teams add
-// their partials into block_dw [n] one team at a time, in team order.
+// dw share on chip (RegisterDw, or SharedDw in its team's slice). Team t of
+// block b takes rows b * teams + t, then every (gridDim.x * teams)-th row
+// after it; at the end block_partial adds the teams' shares in team order.
 // With kResidual (add_rmsnorm_backward) dx takes residual_grad on top.
 template <typename TX, typename TW, int T, int G, bool kResidual>
 __global__ void __launch_bounds__(kBackwardThreads)
     rmsnorm_backward_team_kernel(const TW* __restrict__ dy, const TX* __restrict__ x, const TW* __restrict__ w,
                                  const float* __restrict__ rstd, const TX* __restrict__ residual_grad, int64_t rows,
                                  int64_t n, TX* __restrict__ dx, float* __restrict__ dw_partials) {
-  extern __shared__ float block_dw[];  // [n]
+  extern __shared__ __align__(16) float dw_smem[];  // backward_smem<T, G>(n)
   constexpr int kTeams = kBackwardThreads / T;
   const int lane = threadIdx.x & (T - 1), team = threadIdx.x / T;
   const unsigned mask = team_mask<T>();
-  float acc[G][8];
-#pragma unroll
-  for (int g = 0; g < G; ++g)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
-  for (int64_t row = int64_t(blockIdx.x) * kTeams + team; row < rows; row += int64_t(gridDim.x) * kTeams) {
-    RowGroups<TX, G> xv;
-    RowGroups<TW, G> gv;
-    xv.template load<T>(x + row * n, n, lane);
-    gv.template load<T>(dy + row * n, n, lane);
-    backward_row<TX, TW, T, G, kResidual>(
-        xv, [&](int g, int i) { return gv.at(g, i); }, w, rstd[row], n, lane, mask, acc, dx + row * n,
-        kResidual ? residual_grad + row * n : nullptr);
+  float* partial = dw_partials + int64_t(blockIdx.x) * n;
+  auto team_rows = [&](auto& dw) {
+    for (int64_t row = int64_t(blockIdx.x) * kTeams + team; row < rows; row += int64_t(gridDim.x) * kTeams) {
+      RowGroups<TX, G> xv;
+      RowGroups<TW, G> gv;
+      xv.template load<T>(x + row * n, n, lane);
+      gv.template load<T>(dy + row * n, n, lane);
+      backward_row<TX, TW, T, G, kResidual>(
+          xv, [&](int g, int i) { return gv.at(g, i); }, w, rstd[row], n, lane, mask, dw, dx + row * n,
+          kResidual ? residual_grad + row * n : nullptr);
+    }
+  };
+  if constexpr (kSharedDw<G>) {
+    SharedDw dw{dw_smem + team * n};
+    for_lane_groups<T, G>(n, lane, [&](int, int64_t c) { dw.zero(c); });
+    team_rows(dw);
+    block_partial<kTeams>(dw_smem, n, partial);
+  } else {
+    RegisterDw<G> dw;
+    team_rows(dw);
+    block_partial<T, G, kTeams>(dw, n, lane, team, dw_smem, partial);
   }
-  block_partial<T, G, kTeams>(acc, n, lane, team, block_dw, dw_partials + int64_t(blockIdx.x) * n);
+}
+
+// Runs the team backward over `rows` on rmsnorm_backward's grid (that of the
+// kernel without the residual gradient, so that add_rmsnorm_backward sums
+// each block's rows as rmsnorm_backward does and dw is its bits too), and
+// returns the blocks' dw partials [blocks, n].
+template <typename TX, typename TW, int T, int G, bool kResidual>
+Tensor team_backward(const TW* dy, const TX* x, const TW* w, const float* rstd, const TX* residual_grad, int64_t rows,
+                     int64_t n, TX* dx, Device device, cudaStream_t stream) {
+  auto grid_kernel = rmsnorm_backward_team_kernel<TX, TW, T, G, false>;
+  auto kernel = rmsnorm_backward_team_kernel<TX, TW, T, G, kResidual>;
+  const size_t smem = backward_smem<T, G>(n);
+  if (smem > 48 * 1024) {
+    CUDA_CHECK(cudaFuncSetAttribute(grid_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  const int blocks = backward_blocks(grid_kernel, rows, kBackwardThreads / T, smem);
+  Tensor partials = Tensor::empty({int64_t(blocks), n}, DType::F32, device);
+  kernel<<<blocks, kBackwardThreads, smem, stream>>>(dy, x, w, rstd, residual_grad, rows, n, dx,
+                                                     static_cast<float*>(partials.raw()));
+  return partials;
 }
 
 // ---- general kernels: any row length and alignment ----
@@ -422,13 +466,8 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
       // As many blocks as are resident at once, each looping over its teams'
       // rows, so each block's dw partial covers many rows.
       dispatch_team<kMaxGroups<TX, TW>>(team, [&](auto t, auto g) {
-        constexpr int T = decltype(t)::value, G = decltype(g)::value;
-        auto kernel = rmsnorm_backward_team_kernel<TX, TW, T, G, false>;
-        const size_t smem = size_t(n) * sizeof(float);
-        const int blocks = backward_blocks(kernel, rows, kBackwardThreads / T, smem);
-        partials = Tensor::empty({int64_t(blocks), n}, DType::F32, x.device());
-        kernel<<<blocks, kBackwardThreads, smem, stream>>>(pdy, px, pw, pr, nullptr, rows, n, pdx,
-                                                           static_cast<float*>(partials.raw()));
+        partials = team_backward<TX, TW, decltype(t)::value, decltype(g)::value, false>(pdy, px, pw, pr, nullptr, rows,
+                                                                                        n, pdx, x.device(), stream);
       });
       return;
     }
@@ -534,15 +573,8 @@ void add_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
     const TeamShape team = vec ? team_shape(n, kMaxGroups<TX, TW>) : TeamShape{};
     if (team.lanes == 0) return;
     dispatch_team<kMaxGroups<TX, TW>>(team, [&](auto t, auto g) {
-      constexpr int T = decltype(t)::value, G = decltype(g)::value;
-      const size_t smem = size_t(n) * sizeof(float);
-      // rmsnorm_backward's grid, so that each block sums the rows it sums
-      // there and dw is its bits too.
-      const int blocks =
-          backward_blocks(rmsnorm_backward_team_kernel<TX, TW, T, G, false>, rows, kBackwardThreads / T, smem);
-      partials = Tensor::empty({int64_t(blocks), n}, DType::F32, x.device());
-      rmsnorm_backward_team_kernel<TX, TW, T, G, true><<<blocks, kBackwardThreads, smem, stream>>>(
-          pdy, px, pw, static_cast<const float*>(rstd.raw()), pres, rows, n, pdx, static_cast<float*>(partials.raw()));
+      partials = team_backward<TX, TW, decltype(t)::value, decltype(g)::value, true>(
+          pdy, px, pw, static_cast<const float*>(rstd.raw()), pres, rows, n, pdx, x.device(), stream);
     });
   });
   if (!partials.defined()) {

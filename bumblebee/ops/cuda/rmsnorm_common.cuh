@@ -6,9 +6,11 @@
 // A team of T lanes (8, 16 or 32) owns one row of n elements at a time, and
 // lane l holds the row's 8-column groups l, l + T, ..., l + (G - 1) T in
 // registers (RowGroups). row_rstd and normalise are the forward's math on
-// them, backward_row the backward's; block_partial adds the lanes' dw
-// partials into one per-block partial, team after team, and add_partials
-// sums the blocks' partials into dw in a fixed order, so dw repeats bitwise.
+// them, backward_row the backward's. A lane's share of dw sits in registers
+// (RegisterDw) or, for long rows whose packs fill the registers, in its
+// team's slice of shared memory (SharedDw); block_partial adds the teams'
+// shares into one per-block partial in team order, and add_partials sums the
+// blocks' partials into dw in a fixed order, so dw repeats bitwise.
 // Also here: the x / w dtype pairs every RMSNorm kernel takes.
 //
 // The row math spells out its roundings (__fmul_rn, __fmaf_rn): left to the
@@ -92,29 +94,73 @@ __device__ __forceinline__ float normalise(float x, float r, float w) {
   return __fmul_rn(w, to_float(from_float<TX>(__fmul_rn(x, r))));
 }
 
+// A lane's share of dw held in registers: v[g][i] is column
+// (g * T + lane) * 8 + i.
+template <int G>
+struct RegisterDw {
+  float v[G][8];
+
+  __device__ __forceinline__ RegisterDw() {
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[g][i] = 0.f;
+  }
+  // v[g] += a * b, elementwise.
+  __device__ __forceinline__ void fma(int g, int64_t, const float (&a)[8], const float (&b)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[g][i] = __fmaf_rn(a[i], b[i], v[g][i]);
+  }
+};
+
+// A lane's share of dw in its team's slice of shared memory ([n] floats a
+// team): the same fmas in the same order as RegisterDw, so the same bits,
+// while the row's x and dy packs keep the registers. A lane only touches its
+// own columns, so the slice needs no barrier until block_partial.
+struct SharedDw {
+  float* slice;
+
+  __device__ __forceinline__ void zero(int64_t c) {
+    const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+    reinterpret_cast<float4*>(slice + c)[0] = z;
+    reinterpret_cast<float4*>(slice + c)[1] = z;
+  }
+  __device__ __forceinline__ void fma(int, int64_t c, const float (&a)[8], const float (&b)[8]) {
+    float4* p = reinterpret_cast<float4*>(slice + c);
+    float4 lo = p[0], hi = p[1];
+    lo.x = __fmaf_rn(a[0], b[0], lo.x), lo.y = __fmaf_rn(a[1], b[1], lo.y);
+    lo.z = __fmaf_rn(a[2], b[2], lo.z), lo.w = __fmaf_rn(a[3], b[3], lo.w);
+    hi.x = __fmaf_rn(a[4], b[4], hi.x), hi.y = __fmaf_rn(a[5], b[5], hi.y);
+    hi.z = __fmaf_rn(a[6], b[6], hi.z), hi.w = __fmaf_rn(a[7], b[7], hi.w);
+    p[0] = lo, p[1] = hi;
+  }
+};
+
 // The backward of the team's row: dx = rstd * (g - xhat * mean(g * xhat))
 // with g = dy * w and xhat = x * rstd, written to dx_row; the lane's share
 // of dy * xhat (xhat rounded to x's dtype as in the forward) is added to
-// acc. dy(g, i) is dy at column i of the lane's group g. With kResidual and
+// dw. dy(g, i) is dy at column i of the lane's group g. With kResidual and
 // a residual gradient row (add_rmsnorm_backward), dx is rounded to x's dtype, the
 // residual gradient added and the sum rounded again: rmsnorm_backward's
 // rounding, then add_'s. It is read where it is added, so that it takes no
 // registers across the row (the bfloat16 rows of 2048 fill them).
-template <typename TX, typename TW, int T, int G, bool kResidual = false, typename Dy>
+template <typename TX, typename TW, int T, int G, bool kResidual = false, typename Dy, typename Dw>
 __device__ __forceinline__ void backward_row(const RowGroups<TX, G>& xv, Dy dy, const TW* __restrict__ w, float r,
-                                             int64_t n, int lane, unsigned mask, float (&acc)[G][8],
+                                             int64_t n, int lane, unsigned mask, Dw& dw,
                                              TX* __restrict__ dx_row,
                                              const TX* __restrict__ residual_row = nullptr) {
   float dot = 0.f;  // sum of g * w * xhat over the row
   for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
-    float wv[8];
+    float wv[8], dyv[8], xhat_rounded[8];
     load8(w + c, wv);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float xhat = __fmul_rn(xv.at(g, i), r);
-      dot = __fmaf_rn(__fmul_rn(dy(g, i), wv[i]), xhat, dot);
-      acc[g][i] = __fmaf_rn(dy(g, i), to_float(from_float<TX>(xhat)), acc[g][i]);
+      dyv[i] = dy(g, i);
+      dot = __fmaf_rn(__fmul_rn(dyv[i], wv[i]), xhat, dot);
+      xhat_rounded[i] = to_float(from_float<TX>(xhat));
     }
+    dw.fma(g, c, dyv, xhat_rounded);
   });
   dot = team_sum<T>(dot, mask);
   const float mean_dot = dot / float(n);
@@ -136,22 +182,35 @@ __device__ __forceinline__ void backward_row(const RowGroups<TX, G>& xv, Dy dy, 
   });
 }
 
-// The block's dw partial [n]: its kTeams teams add their lanes' acc into
-// block_dw (shared memory) one team at a time, in team order, and the block
-// writes the sum to `partial`. Every thread of the block must call it.
+// The block's dw partial [n]: the sum of its kTeams teams' shares in team
+// order, written to `partial`. Every thread of the block must call it.
+// Register shares go through block_dw [n] (shared memory), one team at a
+// time; shared-memory shares are summed from their slices, in the same order.
 template <int T, int G, int kTeams>
-__device__ __forceinline__ void block_partial(const float (&acc)[G][8], int64_t n, int lane, int team,
+__device__ __forceinline__ void block_partial(const RegisterDw<G>& dw, int64_t n, int lane, int team,
                                               float* block_dw, float* __restrict__ partial) {
   for (int t = 0; t < kTeams; ++t) {
     if (team == t) {
       for_lane_groups<T, G>(n, lane, [&](int g, int64_t c) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) block_dw[c + i] = (t == 0 ? 0.f : block_dw[c + i]) + acc[g][i];
+        for (int i = 0; i < 8; ++i) block_dw[c + i] = (t == 0 ? 0.f : block_dw[c + i]) + dw.v[g][i];
       });
     }
     __syncthreads();
   }
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) partial[c] = block_dw[c];
+}
+
+// slices: the block's kTeams slices of n floats, team after team.
+template <int kTeams>
+__device__ __forceinline__ void block_partial(const float* slices, int64_t n, float* __restrict__ partial) {
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    float s = 0.f;
+#pragma unroll
+    for (int t = 0; t < kTeams; ++t) s += slices[t * n + c];
+    partial[c] = s;
+  }
 }
 
 // dw[c] += the sum over blocks b of partials[b][c]. A block covers

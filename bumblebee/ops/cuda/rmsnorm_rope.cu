@@ -146,9 +146,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
   __shared__ float block_dw[kDim];
   const int lane = threadIdx.x & (L - 1), team = threadIdx.x / L;
   const unsigned mask = team_mask<L>();
-  float acc[1][8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc[0][i] = 0.f;
+  RegisterDw<1> dw;
   // first_row + gridDim.x * kTeams stays below 2^32: rows < 2^31 and the grid covers at most the rows.
   for (uint32_t first_row = blockIdx.x * kTeams; first_row < rows; first_row += gridDim.x * kTeams) {
     const uint32_t first_token = first_row / heads, row = first_row + team;
@@ -173,11 +171,11 @@ __global__ void __launch_bounds__(kBackwardThreads)
 #pragma unroll
       for (int i = 0; i < 8; ++i) g[i] = to_float(from_float<TW>(g[i]));
       backward_row<TX, TW, L, 1>(
-          xv, [&](int, int i) { return g[i]; }, w, r, kDim, lane, mask, acc, dx + int64_t(row) * kDim);
+          xv, [&](int, int i) { return g[i]; }, w, r, kDim, lane, mask, dw, dx + int64_t(row) * kDim);
     }
     __syncthreads();  // the next turn's tables overwrite these
   }
-  block_partial<L, 1, kTeams>(acc, kDim, lane, team, block_dw, dw_partials + int64_t(blockIdx.x) * kDim);
+  block_partial<L, 1, kTeams>(dw, kDim, lane, team, block_dw, dw_partials + int64_t(blockIdx.x) * kDim);
 }
 
 // ---- kernel launchers ----
