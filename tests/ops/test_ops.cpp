@@ -1,5 +1,6 @@
-// Tests of the dispatch layer (ops.cpp): device checks, undefined tensors,
-// error messages that name the op and the tensor, and CUDA in a CPU-only build.
+// Tests of the dispatch layer (ops_*.cpp, op_dispatch.h): device checks,
+// undefined tensors, error messages that name the op and the tensor, and CUDA
+// in a CPU-only build.
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -149,7 +149,7 @@ __global__ void scatter_add_columns_kernel(const T* __restrict__ dy, const int64
 
 // ---- kernel launchers ---------------------------------------------------------------------
 
-// wide [N, in] and narrow [N, out] against the index (ops.cpp checks the same;
+// wide [N, in] and narrow [N, out] against the index (ops_elementwise.cpp checks the same;
 // the harness calls these launchers directly).
 void check_column_gather(const char* op, const Tensor& wide, const Tensor& narrow, const ops::ColumnIndex& index) {
   check_cuda(wide, op, "x/dx");

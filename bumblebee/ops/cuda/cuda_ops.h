@@ -1,6 +1,7 @@
 // The CUDA backend of the op surface: one function per function of
-// bumblebee/ops/ops.h, same name and parameters, so ops.cpp dispatches a CUDA
-// tensor to cuda::<name>(same args). Semantics are those documented in ops.h.
+// bumblebee/ops/ops.h, same name and parameters, so the op files
+// (bumblebee/ops/ops_*.cpp) dispatch a CUDA tensor to cuda::<name>(same
+// args). Semantics are those documented in ops.h.
 //
 // Dtypes on CUDA: activations bfloat16 (float32 accepted where an fp32 path is
 // useful, noted per op); parameter gradients, rstd, lse, cross-entropy

@@ -259,7 +259,7 @@ bool vec8(int64_t hidden, std::initializer_list<const void*> ptrs) {
 }
 
 // token_of_row [N] between a token-major [T, H] tensor and a row-major [N, H]
-// one (ops.cpp checks the same; the harness calls these launchers directly).
+// one (ops_moe.cpp checks the same; the harness calls these launchers directly).
 void check_rows(const char* op, const Tensor& token_major, const Tensor& row_major, const Tensor& token_of_row) {
   BB_CHECK(token_major.dim() == 2 && row_major.dim() == 2 && token_of_row.dim() == 1 &&
                token_of_row.size(0) == row_major.size(0) && token_major.size(1) == row_major.size(1),
