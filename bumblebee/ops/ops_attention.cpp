@@ -59,6 +59,17 @@ void check_cu_seqlens_host(const char* op, const Tensor& cu_seqlens, int64_t tok
   BB_CHECK(cu[n - 1] == tokens, op, ": cu_seqlens ends at ", cu[n - 1], " but ", rows, " has ", tokens, " tokens");
 }
 
+// out and dout [Tq, Hq, Dv], lse [Tq, Hq] and the gradients shaped as q, k, v.
+void check_backward_shapes(const char* op, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                           const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  expect_shape(op, dout, "dout", attention_out_shape(q, v));
+  expect_shape(op, out, "out", attention_out_shape(q, v));
+  expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
+  expect_shape(op, dq, "dq", q.shape());
+  expect_shape(op, dk, "dk", k.shape());
+  expect_shape(op, dv, "dv", v.shape());
+}
+
 }  // namespace
 
 namespace {
@@ -108,12 +119,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   const Device dev = common_device(op, {{dout, "dout"}, {q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
                                         {cu_seqlens, "cu_seqlens"}, {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
   check_attention_shapes(op, q, k, v, cu_seqlens, max_seqlen);
-  expect_shape(op, dout, "dout", attention_out_shape(q, v));
-  expect_shape(op, out, "out", attention_out_shape(q, v));
-  expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
-  expect_shape(op, dq, "dq", q.shape());
-  expect_shape(op, dk, "dk", k.shape());
-  expect_shape(op, dv, "dv", v.shape());
+  check_backward_shapes(op, dout, q, k, v, out, lse, dq, dk, dv);
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{q, "q"}, {dout, "dout"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
                                {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
@@ -149,12 +155,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                                         {spans.cu_seqlens_q, "cu_seqlens_q"}, {spans.cu_seqlens_kv, "cu_seqlens_kv"},
                                         {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
   check_spans(op, q, k, v, spans);
-  expect_shape(op, dout, "dout", attention_out_shape(q, v));
-  expect_shape(op, out, "out", attention_out_shape(q, v));
-  expect_shape(op, lse, "lse", {q.size(0), q.size(1)});
-  expect_shape(op, dq, "dq", q.shape());
-  expect_shape(op, dk, "dk", k.shape());
-  expect_shape(op, dv, "dv", v.shape());
+  check_backward_shapes(op, dout, q, k, v, out, lse, dq, dk, dv);
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{q, "q"}, {dout, "dout"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "lse"},
                                {dq, "dq"}, {dk, "dk"}, {dv, "dv"}});
