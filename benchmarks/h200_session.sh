@@ -7,9 +7,9 @@
 #             variant, each comma-separated VAR=VALUE settings or "default" (e.g. PERF_VARIANTS="default
 #             BB_FLASH_SM90_SECTION_FLOOR=1 BB_FLASH_SM90_SECTION_FLOOR=1.5")
 #   ncu       Nsight Compute on kernels of bb_cuda_ops --perf: NCU_KERNELS (a regex over kernel names, e.g.
-#             "rmsnorm_backward_team|sum_partials") in the groups NCU_FILTER picks (as PERF_FILTER), the first
-#             NCU_COUNT launches (default 2), full set at the GPU's own clocks; details page to ncu_details.txt,
-#             the report to ncu.ncu-rep
+#             "rmsnorm_backward_team|sum_partials") in the groups NCU_FILTER picks (as PERF_FILTER): NCU_COUNT
+#             matching launches (default 2) after the first NCU_SKIP (default 0; a perf line launches its kernels
+#             13 times), full set at the GPU's own clocks; details page to ncu_details.txt, report ncu.ncu-rep
 #   cudnn_variants  cuDNN SDPA backward by graph variant (benchmarks/cudnn_sdpa_variants.cu: ragged or dense, padding
 #             mask, causal alignment, layout) with the system cuDNN and with PyTorch's
 #   gg_tiles  CUTLASS grouped GEMM tile configurations at the MoE expert shapes (benchmarks/grouped_gemm_tiles.cu):
@@ -190,7 +190,7 @@ for stage in $stages; do
       [ "${PERF_SDPA:-1}" = 1 ] && timeout 150 $py benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$LOGS/sdpa.log" ;;
     ncu)
       [ -n "${NCU_KERNELS:-}" ] || { echo "ncu: set NCU_KERNELS to a regex over kernel names"; continue; }
-      timeout 400 ncu --clock-control none -k "regex:$NCU_KERNELS" -c "${NCU_COUNT:-2}" --set full -f -o "$LOGS/ncu" \
+      timeout 400 ncu --clock-control none -k "regex:$NCU_KERNELS" -s "${NCU_SKIP:-0}" -c "${NCU_COUNT:-2}" --set full -f -o "$LOGS/ncu" \
         $bin/bb_cuda_ops --perf ${NCU_FILTER:+--filter $NCU_FILTER} > "$LOGS/ncu_run.log" 2>&1 || tail -5 "$LOGS/ncu_run.log"
       ncu --import "$LOGS/ncu.ncu-rep" --page details > "$LOGS/ncu_details.txt" 2>&1
       cp "$LOGS/ncu_details.txt" "$OUT/" && grep -E "^  [a-z_].*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per" \
