@@ -190,8 +190,9 @@ for stage in $stages; do
       [ "${PERF_SDPA:-1}" = 1 ] && timeout 150 $py benchmarks/baselines/sdpa_bench.py 2>&1 | tee "$LOGS/sdpa.log" ;;
     ncu)
       [ -n "${NCU_KERNELS:-}" ] || { echo "ncu: set NCU_KERNELS to a regex over kernel names"; continue; }
-      timeout 400 ncu --clock-control none -k "regex:$NCU_KERNELS" -s "${NCU_SKIP:-0}" -c "${NCU_COUNT:-2}" --set full -f -o "$LOGS/ncu" \
-        $bin/bb_cuda_ops --perf ${NCU_FILTER:+--filter $NCU_FILTER} > "$LOGS/ncu_run.log" 2>&1 || tail -5 "$LOGS/ncu_run.log"
+      # --kill yes ends the program after the last profiled launch.
+      timeout 400 ncu --clock-control none --kill yes -k "regex:$NCU_KERNELS" -s "${NCU_SKIP:-0}" -c "${NCU_COUNT:-2}" --set full -f -o "$LOGS/ncu" \
+        $bin/bb_cuda_ops --perf ${NCU_FILTER:+--filter $NCU_FILTER} > "$LOGS/ncu_run.log" 2>&1
       ncu --import "$LOGS/ncu.ncu-rep" --page details > "$LOGS/ncu_details.txt" 2>&1
       cp "$LOGS/ncu_details.txt" "$OUT/" && grep -E "^  [a-z_].*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per" \
         "$LOGS/ncu_details.txt" | head -60 ;;
