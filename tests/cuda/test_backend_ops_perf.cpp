@@ -633,6 +633,7 @@ void perf_attention_all() {
   if (cuda::cudnn_attention_built()) backends.push_back("cudnn");
   for (const std::string& backend : backends) {
     perf_attention(backend, "", false, 16, 8, 128, 128, 1, 4);
+    perf_attention(backend, "", false, 16, 8, 64, 64, 4, 4);  // head dim 64: both backends side by side
     perf_attention(backend, "", false, 16, 16, 192, 128, 1, 2);
     // Qwen3-30B-A3B's attention (32 q / 4 kv heads, 2 sequences a call), the
     // backward with K/V expanded to the query heads and without; and
