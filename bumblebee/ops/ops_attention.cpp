@@ -70,10 +70,6 @@ void check_backward_shapes(const char* op, const Tensor& dout, const Tensor& q, 
   expect_shape(op, dv, "dv", v.shape());
 }
 
-}  // namespace
-
-namespace {
-
 // The spans of plain causal self-attention: every sequence against itself.
 AttentionSpans self_spans(const Tensor& cu_seqlens, int64_t max_seqlen) {
   return {cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, AttentionMask::Causal};

@@ -5,33 +5,6 @@
 #include "bumblebee/ops/op_dispatch.h"
 
 namespace bb::ops {
-namespace {
-
-void check_router_config(const char* op, const MoeRouterConfig& cfg, int64_t num_experts) {
-  BB_CHECK(cfg.top_k >= 1 && cfg.top_k <= num_experts, op, ": top_k ", cfg.top_k, " must lie in [1, ", num_experts,
-           "] (the expert count)");
-  if (cfg.num_groups <= 1) return;
-  BB_CHECK(num_experts % cfg.num_groups == 0, op, ": ", num_experts, " experts do not split into num_groups = ",
-           cfg.num_groups, " equal groups");
-  BB_CHECK(cfg.topk_groups >= 1 && cfg.topk_groups <= cfg.num_groups, op, ": topk_groups ", cfg.topk_groups,
-           " must lie in [1, num_groups = ", cfg.num_groups, "]");
-  BB_CHECK(cfg.topk_groups * (num_experts / cfg.num_groups) >= cfg.top_k, op, ": topk_groups ", cfg.topk_groups,
-           " groups of ", num_experts / cfg.num_groups, " experts hold fewer than top_k = ", cfg.top_k);
-}
-
-void expect_i64(const char* op, const Tensor& t, const char* name) {
-  BB_CHECK(t.dtype() == DType::I64, op, ": index tensor '", name, "' must be int64, got ", dtype_name(t.dtype()));
-}
-
-// Row indices of a routing: token_of_row and slot_of_row [N] int64 with N = T*k.
-void check_row_indices(const char* op, const Tensor& token_of_row, const Tensor& slot_of_row, int64_t rows) {
-  expect_shape(op, token_of_row, "token_of_row", {rows});
-  expect_shape(op, slot_of_row, "slot_of_row", {rows});
-  expect_i64(op, token_of_row, "token_of_row");
-  expect_i64(op, slot_of_row, "slot_of_row");
-}
-
-}  // namespace
 
 // ---- MoE token permutation -----------------------------------------------------------------
 
@@ -115,7 +88,35 @@ void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& t
   BB_DISPATCH_CUDA(moe_unpermute_backward, dout, y, token_of_row, probs, dy, dprobs);
 }
 
-// ---- MoE router ------------------------------------------------------------------------------
+// ---- MoE router, routing indices and router losses -------------------------------------------
+
+namespace {
+
+void check_router_config(const char* op, const MoeRouterConfig& cfg, int64_t num_experts) {
+  BB_CHECK(cfg.top_k >= 1 && cfg.top_k <= num_experts, op, ": top_k ", cfg.top_k, " must lie in [1, ", num_experts,
+           "] (the expert count)");
+  if (cfg.num_groups <= 1) return;
+  BB_CHECK(num_experts % cfg.num_groups == 0, op, ": ", num_experts, " experts do not split into num_groups = ",
+           cfg.num_groups, " equal groups");
+  BB_CHECK(cfg.topk_groups >= 1 && cfg.topk_groups <= cfg.num_groups, op, ": topk_groups ", cfg.topk_groups,
+           " must lie in [1, num_groups = ", cfg.num_groups, "]");
+  BB_CHECK(cfg.topk_groups * (num_experts / cfg.num_groups) >= cfg.top_k, op, ": topk_groups ", cfg.topk_groups,
+           " groups of ", num_experts / cfg.num_groups, " experts hold fewer than top_k = ", cfg.top_k);
+}
+
+void expect_i64(const char* op, const Tensor& t, const char* name) {
+  BB_CHECK(t.dtype() == DType::I64, op, ": index tensor '", name, "' must be int64, got ", dtype_name(t.dtype()));
+}
+
+// Row indices of a routing: token_of_row and slot_of_row [N] int64 with N = T*k.
+void check_row_indices(const char* op, const Tensor& token_of_row, const Tensor& slot_of_row, int64_t rows) {
+  expect_shape(op, token_of_row, "token_of_row", {rows});
+  expect_shape(op, slot_of_row, "slot_of_row", {rows});
+  expect_i64(op, token_of_row, "token_of_row");
+  expect_i64(op, slot_of_row, "slot_of_row");
+}
+
+}  // namespace
 
 void moe_router_forward(const Tensor& logits, const MoeRouterConfig& cfg, const Tensor& expert_bias,
                         const Tensor& forced_experts, Tensor& scores, Tensor& experts, Tensor& weights) {

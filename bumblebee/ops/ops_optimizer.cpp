@@ -10,8 +10,8 @@
 #include "bumblebee/ops/op_dispatch.h"
 
 namespace bb::ops {
-
 namespace {
+
 // The storage combinations adamw_step takes (ops.h); each backend kernel
 // covers exactly these.
 void check_adamw_dtypes(const char* op, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
@@ -35,6 +35,7 @@ void check_adamw_dtypes(const char* op, const Tensor& param, const Tensor& grad,
     BB_CHECK(in(t->dtype(), {DType::F32, DType::BF16}), op, ": with a ", dtype_name(param.dtype()), " param, ", name,
              " must be float32 or bfloat16", names());
 }
+
 }  // namespace
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWParams& hp) {
