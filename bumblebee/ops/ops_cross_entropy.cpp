@@ -4,6 +4,25 @@
 #include "bumblebee/ops/op_dispatch.h"
 
 namespace bb::ops {
+namespace {
+
+// The softmax statistics' tensors: logits [T, V], and labels (int32/int64),
+// row_max, sumexp and target_logit a value a row; on the CPU one float dtype.
+void check_softmax_stats(const char* op, const Tensor& logits, const Tensor& labels, const Tensor& row_max,
+                         const Tensor& sumexp, const Tensor& target_logit, Device dev) {
+  expect_dim(op, logits, "logits", 2);
+  const Shape rows{logits.size(0)};
+  expect_shape(op, labels, "labels", rows);
+  expect_index(op, labels, "labels");
+  expect_shape(op, row_max, "row_max", rows);
+  expect_shape(op, sumexp, "sumexp", rows);
+  expect_shape(op, target_logit, "target_logit", rows);
+  if (dev.is_cpu())
+    expect_cpu_same_float(
+        op, {{logits, "logits"}, {row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"}});
+}
+
+}  // namespace
 
 void logits_row_max(const Tensor& logits, Tensor& row_max) {
   const char* op = "logits_row_max";
@@ -22,18 +41,8 @@ void logits_sumexp_target(const Tensor& logits, const Tensor& row_max, const Ten
   const char* op = "logits_sumexp_target";
   const Device dev = common_device(op, {{logits, "logits"}, {row_max, "row_max"}, {labels, "labels"},
                                         {sumexp, "sumexp"}, {target_logit, "target_logit"}});
-  expect_dim(op, logits, "logits", 2);
-  const Shape rows{logits.size(0)};
-  expect_shape(op, row_max, "row_max", rows);
-  expect_shape(op, labels, "labels", rows);
-  expect_index(op, labels, "labels");
-  expect_shape(op, sumexp, "sumexp", rows);
-  expect_shape(op, target_logit, "target_logit", rows);
-  if (dev.is_cpu()) {
-    expect_cpu_same_float(
-        op, {{logits, "logits"}, {row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"}});
-    BB_DISPATCH_CPU(logits_sumexp_target, logits, row_max, labels, vocab_start, sumexp, target_logit);
-  }
+  check_softmax_stats(op, logits, labels, row_max, sumexp, target_logit, dev);
+  if (dev.is_cpu()) BB_DISPATCH_CPU(logits_sumexp_target, logits, row_max, labels, vocab_start, sumexp, target_logit);
   BB_DISPATCH_CUDA(logits_sumexp_target, logits, row_max, labels, vocab_start, sumexp, target_logit);
 }
 
@@ -42,18 +51,8 @@ void logits_softmax_stats(const Tensor& logits, const Tensor& labels, int64_t vo
   const char* op = "logits_softmax_stats";
   const Device dev = common_device(op, {{logits, "logits"}, {labels, "labels"}, {row_max, "row_max"},
                                         {sumexp, "sumexp"}, {target_logit, "target_logit"}});
-  expect_dim(op, logits, "logits", 2);
-  const Shape rows{logits.size(0)};
-  expect_shape(op, labels, "labels", rows);
-  expect_index(op, labels, "labels");
-  expect_shape(op, row_max, "row_max", rows);
-  expect_shape(op, sumexp, "sumexp", rows);
-  expect_shape(op, target_logit, "target_logit", rows);
-  if (dev.is_cpu()) {
-    expect_cpu_same_float(
-        op, {{logits, "logits"}, {row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"}});
-    BB_DISPATCH_CPU(logits_softmax_stats, logits, labels, vocab_start, row_max, sumexp, target_logit);
-  }
+  check_softmax_stats(op, logits, labels, row_max, sumexp, target_logit, dev);
+  if (dev.is_cpu()) BB_DISPATCH_CPU(logits_softmax_stats, logits, labels, vocab_start, row_max, sumexp, target_logit);
   BB_DISPATCH_CUDA(logits_softmax_stats, logits, labels, vocab_start, row_max, sumexp, target_logit);
 }
 
