@@ -30,7 +30,7 @@
 // itself has two kernels a direction: on compute capability 9.0 in builds
 // with CUTLASS, the FlashAttention-3-style sm_90a kernels run the forward of
 // head dims (64, 64), (128, 128) and (192, 128) (cutlass/flash_forward_sm90.h)
-// and the backward of (64, 64) and (128, 128) (cutlass/flash_backward_sm90.h),
+// and the backward of the same pairs (cutlass/flash_backward_sm90.h),
 // unless BB_FLASH_SM90=0 (read at every call by flash_forward.cu /
 // flash_backward.cu) keeps the FlashAttention-2 ones.
 //

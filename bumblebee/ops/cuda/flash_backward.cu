@@ -19,13 +19,12 @@
 // the forward: (64, 64), (128, 128), (192, 128), the last for multi-head
 // latent attention. At (192, 128) the dK and dV accumulators alone take 160
 // fp32 registers a thread; ptxas still fits the kernel in 255 without spills
-// (docs/cuda.md), but cuDNN is the fast path there.
+// (docs/cuda.md).
 //
-// On Hopper (compute capability 9.0) in builds with CUTLASS, the head dims
-// (64, 64) and (128, 128) run the FlashAttention-3-style kernels of
-// cutlass/flash_backward_sm90.h instead (their own row statistics, dQ sums
-// and conversion), unless BB_FLASH_SM90=0, as for the forward
-// (flash_forward.cu).
+// On Hopper (compute capability 9.0) in builds with CUTLASS, all three run
+// the FlashAttention-3-style kernels of cutlass/flash_backward_sm90.h instead
+// (their own row statistics, dQ sums and conversion), unless BB_FLASH_SM90=0,
+// as for the forward (flash_forward.cu).
 #include "bumblebee/ops/cuda/attention_backends.h"
 #include "bumblebee/ops/cuda/cuda_common.cuh"
 #include "bumblebee/ops/cuda/flash_common.cuh"

@@ -4,9 +4,9 @@
 // conversion of its dQ sums to dq. Compiled for sm_90a alone (wgmma, TMA,
 // bulk copies and setmaxnreg need it).
 //
-// One block per 128 keys of one kv head of one sequence, Hkv x S x
-// ceil(max_seqlen_kv / 128) in the order of flash_sm90_schedule.h; blocks
-// past their sequence's end return at once.
+// One block per kBlockN keys (128; 96 at (192, 128)) of one kv head of one
+// sequence, Hkv x S x ceil(max_seqlen_kv / kBlockN) in the order of
+// flash_sm90_schedule.h; blocks past their sequence's end return at once.
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90.h"
 
 #include <cuda_bf16.h>
@@ -94,7 +94,7 @@ template <class T>
 __global__ void dq_convert_kernel(const float* __restrict__ dq_accum, const int* __restrict__ cu_seqlens,
                                   int num_seqs, int64_t tokens, int heads, int64_t rows_padded, float scale,
                                   __nv_bfloat16* __restrict__ dq) {
-  constexpr int D = T::kHeadDim, kPairs = D / 2;
+  constexpr int D = T::kHeadDimQk, kPairs = D / 2;
   const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (token, head, pair)
   if (index >= tokens * heads * kPairs) return;
   const int col = int(index % kPairs) * 2;
@@ -115,33 +115,29 @@ __global__ void dq_convert_kernel(const float* __restrict__ dq_accum, const int*
   *out = __floats2bfloat162_rn(v.x * scale, v.y * scale);
 }
 
-// dk, dv = the sum over the group's parts of dk_parts, dv_parts (fixed order),
-// as bf16: one thread per column pair of one key row and kv head, rows past
-// the last sequence untouched, as the unsplit kernel leaves them.
-__global__ void sum_group_parts_kernel(const float* __restrict__ dk_parts, const float* __restrict__ dv_parts,
-                                       int parts, const int* __restrict__ cu_seqlens_kv, int num_seqs,
-                                       int64_t pairs_per_row, int64_t part_pairs, __nv_bfloat16* __restrict__ dk,
-                                       __nv_bfloat16* __restrict__ dv) {
+// dk (or dv) = the sum over the group's parts of dk_parts (dv_parts) in a
+// fixed order, as bf16: one thread per column pair of one key row and kv
+// head, rows past the last sequence untouched, as the unsplit kernel leaves
+// them.
+__global__ void sum_group_parts_kernel(const float* __restrict__ parts_in, int parts,
+                                       const int* __restrict__ cu_seqlens_kv, int num_seqs, int64_t pairs_per_row,
+                                       int64_t part_pairs, __nv_bfloat16* __restrict__ out) {
   const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (token, kv head, pair)
   if (index >= part_pairs || index / pairs_per_row >= cu_seqlens_kv[num_seqs]) return;
-  float2 k = make_float2(0.f, 0.f), v = k;
+  float2 sum = make_float2(0.f, 0.f);
   for (int part = 0; part < parts; ++part) {
-    const float2 pk = reinterpret_cast<const float2*>(dk_parts)[part * part_pairs + index];
-    const float2 pv = reinterpret_cast<const float2*>(dv_parts)[part * part_pairs + index];
-    k.x += pk.x;
-    k.y += pk.y;
-    v.x += pv.x;
-    v.y += pv.y;
+    const float2 x = reinterpret_cast<const float2*>(parts_in)[part * part_pairs + index];
+    sum.x += x.x;
+    sum.y += x.y;
   }
-  reinterpret_cast<__nv_bfloat162*>(dk)[index] = __floats2bfloat162_rn(k.x, k.y);
-  reinterpret_cast<__nv_bfloat162*>(dv)[index] = __floats2bfloat162_rn(v.x, v.y);
+  reinterpret_cast<__nv_bfloat162*>(out)[index] = __floats2bfloat162_rn(sum.x, sum.y);
 }
 
-template <int D>
+template <class T>
 void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
             const Tensor& lse, const ops::AttentionSpans& spans, double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
-  using T = fs::BackwardTraits<D>;
   using Element = typename T::Element;
+  constexpr int DQK = T::kHeadDimQk, DV = T::kHeadDimV;
   cudaStream_t stream = current_stream();
   typename T::Params p{};
   p.tokens_q = int(q.size(0));
@@ -161,28 +157,29 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
   row_stats_kernel<T::kBlockM><<<unsigned((stat_rows + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0,
                                  stream>>>(
       static_cast<const __nv_bfloat16*>(out.raw()), static_cast<const __nv_bfloat16*>(dout.raw()),
-      static_cast<const float*>(lse.raw()), cu_seqlens_q, num_seqs, rows_padded, p.heads_q, D,
+      static_cast<const float*>(lse.raw()), cu_seqlens_q, num_seqs, rows_padded, p.heads_q, DV,
       static_cast<float*>(lse_log2.raw()), static_cast<float*>(dsum.raw()));
   CUDA_CHECK_LAUNCH("flash_sm90_backward (row stats)");
-  Tensor dq_accum = Tensor::empty({q.size(1), rows_padded, D}, DType::F32, q.device());
+  Tensor dq_accum = Tensor::empty({q.size(1), rows_padded, DQK}, DType::F32, q.device());
   CUDA_CHECK(cudaMemsetAsync(dq_accum.raw(), 0, dq_accum.nbytes(), stream));
 
   // (tokens, head dim, heads), as the traits' GmemTensor.
-  const auto gmem = [](const Tensor& t, int tokens, int heads) {
+  const auto gmem = [](const Tensor& t, int tokens, int heads, int dim) {
     return cute::make_tensor(cute::make_gmem_ptr(static_cast<const Element*>(t.raw())),
-                             cute::make_shape(tokens, D, heads),
-                             cute::make_stride(int64_t(heads) * D, _1{}, int64_t(D)));
+                             cute::make_shape(tokens, dim, heads),
+                             cute::make_stride(int64_t(heads) * dim, _1{}, int64_t(dim)));
   };
-  p.tma_q = cute::make_tma_copy(cute::SM90_TMA_LOAD{}, gmem(q, p.tokens_q, p.heads_q),
-                                cute::take<0, 2>(typename T::SmemLayoutQ{}),
-                                cute::Shape<typename T::BlockM, typename T::HeadDim>{}, _1{});
-  p.tma_do = cute::make_tma_copy(cute::SM90_TMA_LOAD{}, gmem(dout, p.tokens_q, p.heads_q),
-                                 cute::take<0, 2>(typename T::SmemLayoutQ{}),
-                                 cute::Shape<typename T::BlockM, typename T::HeadDim>{}, _1{});
-  p.tma_k = cute::make_tma_copy(cute::SM90_TMA_LOAD{}, gmem(k, p.tokens_kv, p.heads_kv), typename T::SmemLayoutK{},
-                                cute::Shape<typename T::BlockN, typename T::HeadDim>{}, _1{});
-  p.tma_v = cute::make_tma_copy(cute::SM90_TMA_LOAD{}, gmem(v, p.tokens_kv, p.heads_kv), typename T::SmemLayoutV{},
-                                cute::Shape<typename T::BlockN, typename T::HeadDim>{}, _1{});
+  using BlockM = typename T::BlockM;
+  using BlockN = typename T::BlockN;
+  p.tma_q = cute::make_tma_copy(cute::SM90_TMA_LOAD{}, gmem(q, p.tokens_q, p.heads_q, DQK),
+                                cute::take<0, 2>(typename T::SmemLayoutQ{}), cute::Shape<BlockM, cute::Int<DQK>>{}, _1{});
+  p.tma_do = cute::make_tma_copy(cute::SM90_TMA_LOAD{}, gmem(dout, p.tokens_q, p.heads_q, DV),
+                                 cute::take<0, 2>(typename T::SmemLayoutdO{}), cute::Shape<BlockM, cute::Int<DV>>{},
+                                 _1{});
+  p.tma_k = cute::make_tma_copy(cute::SM90_TMA_LOAD{}, gmem(k, p.tokens_kv, p.heads_kv, DQK),
+                                typename T::SmemLayoutK{}, cute::Shape<BlockN, cute::Int<DQK>>{}, _1{});
+  p.tma_v = cute::make_tma_copy(cute::SM90_TMA_LOAD{}, gmem(v, p.tokens_kv, p.heads_kv, DV),
+                                typename T::SmemLayoutV{}, cute::Shape<BlockN, cute::Int<DV>>{}, _1{});
   p.cu_seqlens_q = cu_seqlens_q;
   p.cu_seqlens_kv = static_cast<const int*>(spans.cu_seqlens_kv.raw());
   p.causal = spans.mask == ops::AttentionMask::Causal;
@@ -196,8 +193,8 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
   p.group_parts = fs::group_parts_for(p.heads_q / p.heads_kv);
   Tensor dk_parts, dv_parts;
   if (p.group_parts > 1) {
-    dk_parts = Tensor::empty({int64_t{p.group_parts}, k.size(0), k.size(1), D}, DType::F32, q.device());
-    dv_parts = Tensor::empty({int64_t{p.group_parts}, k.size(0), k.size(1), D}, DType::F32, q.device());
+    dk_parts = Tensor::empty({int64_t{p.group_parts}, k.size(0), k.size(1), DQK}, DType::F32, q.device());
+    dv_parts = Tensor::empty({int64_t{p.group_parts}, v.size(0), v.size(1), DV}, DType::F32, q.device());
     p.dk_parts = static_cast<float*>(dk_parts.raw());
     p.dv_parts = static_cast<float*>(dv_parts.raw());
   }
@@ -209,7 +206,7 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
     BB_CHECK(blocks <= INT_MAX, "flash_sm90_backward: ", blocks, " blocks, more than a grid holds");
     // A unit's blocks share its part of the group's Q, dO, row statistics and dQ sums.
     const int64_t unit_bytes = int64_t(p.heads_q / p.heads_kv / p.group_parts) * spans.max_seqlen_q *
-                               (2 * D * int64_t(sizeof(Element)) + D * int64_t(sizeof(float)) + 2 * sizeof(float));
+                               ((DQK + DV) * int64_t(sizeof(Element)) + DQK * int64_t(sizeof(float)) + 2 * sizeof(float));
     p.order = fs::block_order(units, n_blocks, unit_bytes, device_properties().multiProcessorCount,
                               fs::section_floor());
     const size_t smem = sizeof(typename T::SharedStorage);
@@ -219,12 +216,16 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
     CUDA_CHECK_LAUNCH("flash_sm90_backward");
   }
   if (p.group_parts > 1) {
-    const int64_t part_pairs = dk.numel() / 2;
-    constexpr int kSumThreads = 256;
-    sum_group_parts_kernel<<<unsigned((part_pairs + kSumThreads - 1) / kSumThreads), kSumThreads, 0, stream>>>(
-        p.dk_parts, p.dv_parts, p.group_parts, p.cu_seqlens_kv, num_seqs, int64_t(p.heads_kv) * D / 2, part_pairs,
-        static_cast<__nv_bfloat16*>(dk.raw()), static_cast<__nv_bfloat16*>(dv.raw()));
-    CUDA_CHECK_LAUNCH("flash_sm90_backward (group parts)");
+    const auto sum_parts = [&](const float* parts, int dim, Tensor& grad) {
+      const int64_t part_pairs = grad.numel() / 2;
+      constexpr int kSumThreads = 256;
+      sum_group_parts_kernel<<<unsigned((part_pairs + kSumThreads - 1) / kSumThreads), kSumThreads, 0, stream>>>(
+          parts, p.group_parts, p.cu_seqlens_kv, num_seqs, int64_t(p.heads_kv) * dim / 2, part_pairs,
+          static_cast<__nv_bfloat16*>(grad.raw()));
+      CUDA_CHECK_LAUNCH("flash_sm90_backward (group parts)");
+    };
+    sum_parts(p.dk_parts, DQK, dk);
+    sum_parts(p.dv_parts, DV, dv);
   }
 
   const int64_t pairs = dq.numel() / 2;
@@ -238,7 +239,8 @@ void launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& 
 }  // namespace
 
 bool flash_sm90_backward_takes(int64_t head_dim_qk, int64_t head_dim_v) {
-  return (head_dim_qk == 64 && head_dim_v == 64) || (head_dim_qk == 128 && head_dim_v == 128);
+  return (head_dim_qk == 64 && head_dim_v == 64) || (head_dim_qk == 128 && head_dim_v == 128) ||
+         (head_dim_qk == 192 && head_dim_v == 128);
 }
 
 void flash_sm90_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -249,8 +251,9 @@ void flash_sm90_backward(const Tensor& dout, const Tensor& q, const Tensor& k, c
            " and v ", dv_dim);
   // TMA coordinates are 32-bit.
   BB_CHECK(q.size(0) <= INT_MAX && k.size(0) <= INT_MAX, "flash_sm90_backward: more than 2^31 tokens");
-  if (dqk == 64) launch<64>(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
-  else launch<128>(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+  if (dqk == 64) launch<fs::BackwardTraits<64>>(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+  else if (dqk == 128) launch<fs::BackwardTraits<128>>(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
+  else launch<fs::BackwardTraitsWide>(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
 }
 
 }  // namespace bb::cuda

@@ -1,8 +1,10 @@
 // The sm_90a flash attention backward kernel (FlashAttention-3 scheme): the
-// producer, the consumers' loop over query tiles, and the kernel that splits
-// a block into the two roles. Its types are in flash_backward_sm90_traits.cuh,
-// its register-side pieces in flash_backward_sm90_registers.cuh;
-// flash_backward_sm90.cu builds the TMA descriptors and launches it.
+// producer, the consumers' loop over query tiles with transposed scores, and
+// the kernel that splits a block into the two roles (with
+// flash_backward_sm90_wide.cuh's loop at (192, 128)). Its types are in
+// flash_backward_sm90_traits.cuh, its register-side pieces in
+// flash_backward_sm90_registers.cuh; flash_backward_sm90.cu builds the TMA
+// descriptors and launches it. What follows describes the transposed loop.
 //
 // One block of three warpgroups owns 128 keys of one kv head of one sequence
 // and walks every query head of the kv head's group and every 64-row query
@@ -35,36 +37,18 @@
 // and their dQ lands in padding rows) or TMA's zero fill past the tensor.
 #pragma once
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_registers.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_traits.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_wide.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_sm90_gemm.cuh"
 
 namespace bb::cuda::flash_sm90 {
-
-// The step's query head and first query row.
-__device__ __forceinline__ int step_head(const KeyBlockSpan& b, int step) {
-  return b.first_head + step / b.m_count;
-}
-template <class T>
-__device__ __forceinline__ int step_m0(const KeyBlockSpan& b, int step) {
-  return (b.m_first + step % b.m_count) * T::kBlockM;
-}
-
-// Named barriers of the block: both consumers' dS halves in place; per
-// consumer, its dQ tile free (warp 1 has read it) and full.
-constexpr uint32_t kDsBarrier = 0, kDqEmptyBarrier = 1, kDqFullBarrier = 3;
-constexpr uint32_t kDqHandoffThreads = 128 + 32;  // a consumer and warp 1
-
-// The first row of a step's query tile in the padded row space of head `head`.
-template <class T>
-__device__ __forceinline__ int64_t step_padded_row(const typename T::Params& p, const KeyBlockSpan& b, int head,
-                                                   int m0) {
-  return int64_t(head) * p.rows_padded + b.q_padded + m0;
-}
 
 // The producer: K and V once, then Q, dO, lse and dsum of every step. Run by
 // one thread.
@@ -73,24 +57,24 @@ __device__ void load_tiles_bwd(const typename T::Params& p, typename T::SharedSt
                                typename T::Pipeline& pipeline) {
   using BlockM = typename T::BlockM;
   using BlockN = typename T::BlockN;
-  using HeadDim = typename T::HeadDim;
-  constexpr int D = T::kHeadDim;
-  Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.tokens_q, D, p.heads_q));
-  Tensor mdO = p.tma_do.get_tma_tensor(make_shape(p.tokens_q, D, p.heads_q));
-  Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.tokens_kv, D, p.heads_kv));
-  Tensor mV = p.tma_v.get_tma_tensor(make_shape(p.tokens_kv, D, p.heads_kv));
+  using HeadDimQk = Int<T::kHeadDimQk>;
+  using HeadDimV = Int<T::kHeadDimV>;
+  Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.tokens_q, int(T::kHeadDimQk), p.heads_q));
+  Tensor mdO = p.tma_do.get_tma_tensor(make_shape(p.tokens_q, int(T::kHeadDimV), p.heads_q));
+  Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.tokens_kv, int(T::kHeadDimQk), p.heads_kv));
+  Tensor mV = p.tma_v.get_tma_tensor(make_shape(p.tokens_kv, int(T::kHeadDimV), p.heads_kv));
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename T::SmemLayoutQ{});
-  Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename T::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename T::SmemLayoutdO{});
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename T::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename T::SmemLayoutV{});
 
-  Tensor gK = local_tile(domain_offset(make_coord(b.kv_start, _0{}), mK(_, _, b.kv_head)), Shape<BlockN, HeadDim>{},
+  Tensor gK = local_tile(domain_offset(make_coord(b.kv_start, _0{}), mK(_, _, b.kv_head)), Shape<BlockN, HeadDimQk>{},
                          make_coord(b.n0 / T::kBlockN, _0{}));
-  Tensor gV = local_tile(domain_offset(make_coord(b.kv_start, _0{}), mV(_, _, b.kv_head)), Shape<BlockN, HeadDim>{},
+  Tensor gV = local_tile(domain_offset(make_coord(b.kv_start, _0{}), mV(_, _, b.kv_head)), Shape<BlockN, HeadDimV>{},
                          make_coord(b.n0 / T::kBlockN, _0{}));
   auto [tKg, tKs] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
   auto [tVg, tVs] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-  cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.kv_full, 2 * T::kKBytes);
+  cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.kv_full, T::kKBytes + T::kVBytes);
   copy(p.tma_k.with(ss.kv_full, 0), tKg, tKs);
   copy(p.tma_v.with(ss.kv_full, 0), tVg, tVs);
 
@@ -98,9 +82,10 @@ __device__ void load_tiles_bwd(const typename T::Params& p, typename T::SharedSt
   for (int step = 0; step < b.steps; ++step) {
     const int head = step_head(b, step);
     const auto tile = make_coord(step_m0<T>(b, step) / T::kBlockM, _0{});
-    Tensor gQ = local_tile(domain_offset(make_coord(b.q_start, _0{}), mQ(_, _, head)), Shape<BlockM, HeadDim>{}, tile);
+    Tensor gQ =
+        local_tile(domain_offset(make_coord(b.q_start, _0{}), mQ(_, _, head)), Shape<BlockM, HeadDimQk>{}, tile);
     Tensor gdO =
-        local_tile(domain_offset(make_coord(b.q_start, _0{}), mdO(_, _, head)), Shape<BlockM, HeadDim>{}, tile);
+        local_tile(domain_offset(make_coord(b.q_start, _0{}), mdO(_, _, head)), Shape<BlockM, HeadDimV>{}, tile);
     auto [tQg, tQs] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     auto [tdOg, tdOs] =
         tma_partition(p.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
@@ -153,7 +138,7 @@ __device__ void consume_steps(const typename T::Params& p, typename T::SharedSto
   using BlockM = typename T::BlockM;
   using BlockN = typename T::BlockN;
   using HeadDim = typename T::HeadDim;
-  constexpr int D = T::kHeadDim;
+  constexpr int D = T::kHeadDimQk;
   typename T::TiledMmaSdP mma_sdp;
   typename T::TiledMmaKV mma_kv;
   typename T::TiledMmaQ mma_q;
@@ -219,13 +204,13 @@ __device__ void consume_steps(const typename T::Params& p, typename T::SharedSto
     if (edge) mask_scores_t(tSrS, tScS, b.n0, m0, b.len_kv, p.causal, b.shift);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrdP);
-    probs_and_grads(tSrS, tSrdP, tScS, p.scale_log2, ss.lse[stage], ss.dsum[stage]);
+    probs_and_grads<1>(tSrS, tSrdP, tScS, p.scale_log2, ss.lse[stage], ss.dsum[stage]);
     pack_bf16(tSrS, rP);
     pack_bf16(tSrdP, rdS);
 
     Tensor sdS_stage = sdS(_, _, stage);
     Tensor tQrdS_stage = tQrdS(_, _, _, stage);
-    store_ds(rdS, tScS, sdS_stage);
+    store_packed<1>(rdS, tScS, sdS_stage);
     issue_gemm<false>(mma_kv, tVrP, tVrdO(_, _, _, stage), tVrdV);
     cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by wgmma
     cutlass::arch::NamedBarrier::sync(T::kMmaThreads, kDsBarrier);
@@ -264,7 +249,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (threadIdx.x == 0) cutlass::arch::ClusterTransactionBarrier::init(&ss.kv_full, 1);
   auto pipe = pipeline_roles<typename T::Pipeline>(warp_group, T::kMmaThreads);
-  pipe.transaction_bytes = 2 * T::kQBytes + 2 * T::kStatBytes;  // Q, dO, lse and dsum
+  pipe.transaction_bytes = T::kQBytes + T::kdOBytes + 2 * T::kStatBytes;  // Q, dO, lse and dsum
   typename T::Pipeline pipeline(ss.q_pipeline, pipe, Shape<_1, _1, _1>{});
   cutlass::arch::fence_barrier_init();
   __syncthreads();
@@ -277,7 +262,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
-  consume_steps<T>(p, ss, b, pipeline, int(threadIdx.x) - 128);
+  if constexpr (std::is_same_v<T, BackwardTraitsWide>) consume_steps_wide<T>(p, ss, b, pipeline, int(threadIdx.x) - 128);
+  else consume_steps<T>(p, ss, b, pipeline, int(threadIdx.x) - 128);
 }
 
 }  // namespace bb::cuda::flash_sm90

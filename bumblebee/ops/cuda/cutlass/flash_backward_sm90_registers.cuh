@@ -1,8 +1,9 @@
 // The register-side pieces of the sm_90a flash attention backward
-// (flash_backward_sm90_kernel.cuh): P^T and dS^T from the S^T and dP^T
-// accumulators, dS^T into shared memory, a consumer's dQ tile into shared
-// memory in register order (and where each of its elements sits, for the
-// conversion), and the dK / dV stores.
+// (flash_backward_sm90_kernel.cuh, flash_backward_sm90_wide.cuh): P and dS
+// from the S and dP accumulators (transposed or not), P or dS into shared
+// memory, a consumer's dQ tile into shared memory in register order (and where
+// each of its elements sits, for the conversion), and the dK / dV stores from
+// (key, column) or transposed (column, key) accumulators.
 //
 // In a wgmma accumulator each thread holds two rows and, in every 8-column
 // block, two adjacent columns (flash_forward_sm90_softmax.cuh); registers
@@ -33,16 +34,17 @@ __device__ __forceinline__ void mask_scores_t(Scores& s, const Coords& coords, i
   }
 }
 
-// P^T = exp2(S^T * scale_log2 - lse) in place of the scores, then
-// dS^T = P^T (dP^T - dsum) in place of dP^T, with lse and dsum of each
-// register's query (`coords`: (key, query)) from shared memory. Masked scores
-// (-inf) and rows with lse +inf give P = 0 and so dS = 0.
-template <class Scores, class Grads, class Coords>
+// P = exp2(S * scale_log2 - lse) in place of the scores, then
+// dS = P (dP - dsum) in place of dP, with lse and dsum of each register's
+// query (mode kQueryMode of its `coords`: 1 in the transposed (key, query)
+// tiles, 0 in (query, key) ones) from shared memory. Masked scores (-inf) and
+// rows with lse +inf give P = 0 and so dS = 0.
+template <int kQueryMode, class Scores, class Grads, class Coords>
 __device__ __forceinline__ void probs_and_grads(Scores& s, Grads& dp, const Coords& coords, float scale_log2,
                                                 const float* lse, const float* dsum) {
 #pragma unroll
   for (int i = 0; i < cute::size(s); ++i) {
-    const int query = int(cute::get<1>(coords(i)));
+    const int query = int(cute::get<kQueryMode>(coords(i)));
     s(i) = exp2_ftz(fmaf(s(i), scale_log2, -lse[query]));
     dp(i) = s(i) * (dp(i) - dsum[query]);
   }
@@ -56,15 +58,18 @@ __device__ __forceinline__ void pack_bf16(const Acc& a, Packed& p) {
   for (int i = 0; i < cute::size(a) / 2; ++i) out[i] = __floats2bfloat162_rn(a(2 * i), a(2 * i + 1));
 }
 
-// dS^T (bf16 pairs from pack_bf16, (key, query) per register in `coords`)
-// into sdS, indexed (query, key): the pair's two queries are adjacent there.
-template <class Packed, class Coords, class SmemTensor>
-__device__ __forceinline__ void store_ds(const Packed& ds, const Coords& coords, SmemTensor& sdS) {
-  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(cute::raw_pointer_cast(ds.data()));
+// P or dS (bf16 pairs from pack_bf16, the query of each register in mode
+// kQueryMode of `coords`, its key in the other) into shared memory indexed
+// (query, key). A pair is two adjacent accumulator columns: two queries in
+// the transposed tiles, stored into a queries-contiguous layout, two keys
+// otherwise, into a keys-contiguous one; either way adjacent there.
+template <int kQueryMode, class Packed, class Coords, class SmemTensor>
+__device__ __forceinline__ void store_packed(const Packed& x, const Coords& coords, SmemTensor& smem) {
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(cute::raw_pointer_cast(x.data()));
 #pragma unroll
-  for (int i = 0; i < cute::size(ds); i += 2) {
-    const int key = int(cute::get<0>(coords(i))), query = int(cute::get<1>(coords(i)));
-    *reinterpret_cast<__nv_bfloat162*>(&sdS(query, key)) = pairs[i / 2];
+  for (int i = 0; i < cute::size(x); i += 2) {
+    const int query = int(cute::get<kQueryMode>(coords(i))), key = int(cute::get<1 - kQueryMode>(coords(i)));
+    *reinterpret_cast<__nv_bfloat162*>(&smem(query, key)) = pairs[i / 2];
   }
 }
 
@@ -99,6 +104,12 @@ __device__ __forceinline__ void store_pair(float* dst, float a, float b) {
   *reinterpret_cast<float2*>(dst) = make_float2(a, b);
 }
 
+// A scalar as bf16 or fp32.
+__device__ __forceinline__ void store_value(cutlass::bfloat16_t* dst, float a) {
+  *reinterpret_cast<__nv_bfloat16*>(dst) = __float2bfloat16_rn(a);
+}
+__device__ __forceinline__ void store_value(float* dst, float a) { *dst = a; }
+
 // dK or dV rows (keys inside the sequence) from registers, times `scale`.
 template <int D, class Out, class Acc, class Coords>
 __device__ __forceinline__ void store_key_rows(Out* out, const Acc& acc, const Coords& coords, int64_t kv_start,
@@ -109,6 +120,21 @@ __device__ __forceinline__ void store_key_rows(Out* out, const Acc& acc, const C
     if (key >= len_kv) continue;
     const int col = int(cute::get<1>(coords(i)));
     store_pair(out + ((kv_start + key) * heads_kv + kv_head) * D + col, acc(i) * scale, acc(i + 1) * scale);
+  }
+}
+
+// dK or dV from transposed accumulators (`coords`: (column, key)), keys
+// inside the sequence, times `scale`: adjacent registers are adjacent keys,
+// a row apart in memory, so each value is its own store.
+template <int D, class Out, class Acc, class Coords>
+__device__ __forceinline__ void store_key_cols(Out* out, const Acc& acc, const Coords& coords, int64_t kv_start,
+                                               int n0, int len_kv, int heads_kv, int kv_head, float scale) {
+#pragma unroll
+  for (int i = 0; i < cute::size(acc); ++i) {
+    const int key = n0 + int(cute::get<1>(coords(i)));
+    if (key >= len_kv) continue;
+    const int col = int(cute::get<0>(coords(i)));
+    store_value(out + ((kv_start + key) * heads_kv + kv_head) * D + col, acc(i) * scale);
   }
 }
 

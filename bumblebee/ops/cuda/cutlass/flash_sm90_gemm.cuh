@@ -10,12 +10,13 @@
 namespace bb::cuda::flash_sm90 {
 
 // Issues c (+)= a b on the warpgroup's tensor cores without waiting: a is in
-// shared memory (descriptors) or registers, b in shared memory; the caller
-// waits with warpgroup_wait<N>() and then fences c.
+// shared memory (descriptors, possibly a stage's slice) or registers, b in
+// shared memory; the caller waits with warpgroup_wait<N>() and then fences c.
 template <bool kZeroInit, class Mma, class A, class B, class C>
-__device__ __forceinline__ void issue_gemm(Mma& mma, A& a, const B& b, C& c) {
+__device__ __forceinline__ void issue_gemm(Mma& mma, A&& a, const B& b, C& c) {
   using namespace cute;
-  constexpr bool kARegs = !std::is_same_v<typename A::value_type, GMMA::DescriptorIterator::value_type>;
+  constexpr bool kARegs =
+      !std::is_same_v<typename std::remove_reference_t<A>::value_type, GMMA::DescriptorIterator::value_type>;
   if constexpr (kARegs) warpgroup_fence_operand(a);
   warpgroup_fence_operand(c);
   warpgroup_arrive();
