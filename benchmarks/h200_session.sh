@@ -9,7 +9,8 @@
 #   ncu       Nsight Compute on kernels of bb_cuda_ops --perf: NCU_KERNELS (a regex over kernel names, e.g.
 #             "rmsnorm_backward_team|sum_partials") in the groups NCU_FILTER picks (as PERF_FILTER): NCU_COUNT
 #             matching launches (default 2) after the first NCU_SKIP (default 0; a perf line launches its kernels
-#             13 times), full set at the GPU's own clocks; details page to ncu_details.txt, report ncu.ncu-rep
+#             13 times), full set at the GPU's own clocks; details page to ncu_details.txt, report ncu.ncu-rep;
+#             NCU_NAME_BASE=demangled matches the regex against names with their template arguments
 #   cudnn_variants  cuDNN SDPA backward by graph variant (benchmarks/cudnn_sdpa_variants.cu: ragged or dense, padding
 #             mask, causal alignment, layout) with the system cuDNN and with PyTorch's
 #   gg_tiles  CUTLASS grouped GEMM tile configurations at the MoE expert shapes (benchmarks/grouped_gemm_tiles.cu):
@@ -191,7 +192,8 @@ for stage in $stages; do
     ncu)
       [ -n "${NCU_KERNELS:-}" ] || { echo "ncu: set NCU_KERNELS to a regex over kernel names"; continue; }
       # --kill yes ends the program after the last profiled launch.
-      timeout 400 ncu --clock-control none --kill yes -k "regex:$NCU_KERNELS" -s "${NCU_SKIP:-0}" -c "${NCU_COUNT:-2}" --set full -f -o "$LOGS/ncu" \
+      timeout 400 ncu --clock-control none --kill yes --kernel-name-base "${NCU_NAME_BASE:-function}" -k "regex:$NCU_KERNELS" \
+        -s "${NCU_SKIP:-0}" -c "${NCU_COUNT:-2}" --set full -f -o "$LOGS/ncu" \
         $bin/bb_cuda_ops --perf ${NCU_FILTER:+--filter $NCU_FILTER} > "$LOGS/ncu_run.log" 2>&1
       ncu --import "$LOGS/ncu.ncu-rep" --page details > "$LOGS/ncu_details.txt" 2>&1
       cp "$LOGS/ncu_details.txt" "$OUT/" && grep -E "^  [a-z_].*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per" \
