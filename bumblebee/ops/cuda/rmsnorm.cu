@@ -96,11 +96,10 @@ template <int G>
 constexpr bool kSharedDw = G >= 4;
 
 // Dynamic shared memory of a team backward block: block_dw [n], or with
-// SharedDw one slice a team.
+// SharedDw one slice of n floats a team.
 template <int T, int G>
 constexpr size_t backward_smem(int64_t n) {
-  if constexpr (kSharedDw<G>) return size_t(shared_dw_floats<T>(n)) * sizeof(float) * (kBackwardThreads / T);
-  else return size_t(n) * sizeof(float);
+  return size_t(n) * sizeof(float) * (kSharedDw<G> ? kBackwardThreads / T : 1);
 }
 
 // y and rstd of the team's row `row`, held in xv.
@@ -187,10 +186,10 @@ __global__ void __launch_bounds__(kBackwardThreads)
     }
   };
   if constexpr (kSharedDw<G>) {
-    SharedDw<T> dw{dw_smem + team * shared_dw_floats<T>(n)};
+    SharedDw dw{dw_smem + team * n};
     for_lane_groups<T, G>(n, lane, [&](int, int64_t c) { dw.zero(c); });
     team_rows(dw);
-    block_partial<T, kTeams>(dw_smem, n, partial);
+    block_partial<kTeams>(dw_smem, n, partial);
   } else {
     RegisterDw<G> dw;
     team_rows(dw);

@@ -113,44 +113,26 @@ struct RegisterDw {
   }
 };
 
-// A lane's share of dw in its team's slice of shared memory: the same fmas
-// in the same order as RegisterDw, so the same bits, while the row's x and dy
-// packs keep the registers. A lane only touches its own columns, so the slice
-// needs no barrier until block_partial. Each group of T lanes' 8 T columns
-// sits as the lanes' first four columns, lane after lane, then their last
-// four: a warp's 16-byte accesses are then contiguous, where one lane's
-// eight columns side by side put lanes 32 bytes apart (a two-way bank
-// conflict on every access, measured 8 wavefronts a store request instead of
-// 4). A slice holds shared_dw_floats<T>(n) floats.
-template <int T>
-__device__ __forceinline__ int64_t shared_dw_slot(int64_t c) {
-  const int64_t base = c / (8 * T) * (8 * T);
-  const int lane = int(c / 8 % T), i = int(c % 8);
-  return base + (i < 4 ? 0 : 4 * T) + 4 * lane + i % 4;
-}
-template <int T>
-constexpr int64_t shared_dw_floats(int64_t n) {
-  return (n + 8 * T - 1) / (8 * T) * (8 * T);  // whole groups of T lanes
-}
-
-template <int T>
+// A lane's share of dw in its team's slice of shared memory ([n] floats a
+// team): the same fmas in the same order as RegisterDw, so the same bits,
+// while the row's x and dy packs keep the registers. A lane only touches its
+// own columns, so the slice needs no barrier until block_partial.
 struct SharedDw {
   float* slice;
 
   __device__ __forceinline__ void zero(int64_t c) {
     const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-    *reinterpret_cast<float4*>(slice + shared_dw_slot<T>(c)) = z;
-    *reinterpret_cast<float4*>(slice + shared_dw_slot<T>(c + 4)) = z;
+    reinterpret_cast<float4*>(slice + c)[0] = z;
+    reinterpret_cast<float4*>(slice + c)[1] = z;
   }
   __device__ __forceinline__ void fma(int, int64_t c, const float (&a)[8], const float (&b)[8]) {
-    float4* plo = reinterpret_cast<float4*>(slice + shared_dw_slot<T>(c));
-    float4* phi = reinterpret_cast<float4*>(slice + shared_dw_slot<T>(c + 4));
-    float4 lo = *plo, hi = *phi;
+    float4* p = reinterpret_cast<float4*>(slice + c);
+    float4 lo = p[0], hi = p[1];
     lo.x = __fmaf_rn(a[0], b[0], lo.x), lo.y = __fmaf_rn(a[1], b[1], lo.y);
     lo.z = __fmaf_rn(a[2], b[2], lo.z), lo.w = __fmaf_rn(a[3], b[3], lo.w);
     hi.x = __fmaf_rn(a[4], b[4], hi.x), hi.y = __fmaf_rn(a[5], b[5], hi.y);
     hi.z = __fmaf_rn(a[6], b[6], hi.z), hi.w = __fmaf_rn(a[7], b[7], hi.w);
-    *plo = lo, *phi = hi;
+    p[0] = lo, p[1] = hi;
   }
 };
 
@@ -219,16 +201,14 @@ __device__ __forceinline__ void block_partial(const RegisterDw<G>& dw, int64_t n
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) partial[c] = block_dw[c];
 }
 
-// slices: the block's kTeams SharedDw slices, team after team.
-template <int T, int kTeams>
+// slices: the block's kTeams slices of n floats, team after team.
+template <int kTeams>
 __device__ __forceinline__ void block_partial(const float* slices, int64_t n, float* __restrict__ partial) {
   __syncthreads();
-  const int64_t slice = shared_dw_floats<T>(n);
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-    const int64_t slot = shared_dw_slot<T>(c);
     float s = 0.f;
 #pragma unroll
-    for (int t = 0; t < kTeams; ++t) s += slices[t * slice + slot];
+    for (int t = 0; t < kTeams; ++t) s += slices[t * n + c];
     partial[c] = s;
   }
 }

@@ -235,8 +235,9 @@ __device__ __forceinline__ int step_m0(const KeyBlockSpan& b, int step) {
 }
 
 // Named barriers of the block: both consumers' dS halves in place; per
-// consumer, its dQ tile free (warp 1 has read it) and full.
-constexpr uint32_t kDsBarrier = 0, kDqEmptyBarrier = 1, kDqFullBarrier = 3;
+// consumer, its dQ tile free (warp 1 has read it) and full, and (at
+// (192, 128)) its P in place.
+constexpr uint32_t kDsBarrier = 0, kDqEmptyBarrier = 1, kDqFullBarrier = 3, kPBarrier = 5;
 constexpr uint32_t kDqHandoffThreads = 128 + 32;  // a consumer and warp 1
 
 // The first row of a step's query tile in the padded row space of head `head`.

@@ -6,14 +6,14 @@
 // Per step a consumer (48 of the block's 96 keys) runs, on wgmma:
 //   S = Q K^T and dP = dO V^T                 (queries, its keys)
 //   P = exp2(S scale_log2 - lse), dS = P (dP - dsum)  (registers)
-//   P and dS into shared memory, keys contiguous
+//   P into shared memory (keys contiguous), then dV^T += dO^T P  (head dim,
+//   its keys) runs while dS follows it there
 //   dQ = dS K over both consumers' keys, its half of the head dim, into its
-//   shared dQ tile for warp 1
-//   dV^T += dO^T P and dK^T += Q^T dS        (head dim, its keys)
-// One named-barrier sync of both consumers per step puts all of dS in place
-// before either issues dQ (and each consumer's P before its dV^T). dS has a
-// buffer per stage, as in the transposed loop; P one, which only its own
-// consumer reads. The next step's S and dP are issued behind dV^T and dK^T.
+//   shared dQ tile for warp 1, and dK^T += Q^T dS
+// A named barrier of the consumer's own threads puts its P in place before
+// its dV^T; one of both consumers puts all of dS in place before either
+// issues dQ. dS has a buffer per stage, as in the transposed loop; P one,
+// which only its own consumer reads.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -84,28 +84,15 @@ __device__ void consume_steps_wide(const typename T::Params& p, typename T::Shar
   // The tile starts free: this warp stands in for warp 1's first arrival.
   if (wg_thread < 32) cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, kDqEmptyBarrier + consumer);
   if (b.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&ss.kv_full, 0);
-  // S and dP of a step are issued before the previous step's dV^T and dK^T
-  // have finished, so the tensor cores go from one to the other while this
-  // warpgroup hands off its dQ tile; wgmma groups complete in order, so the
-  // wait for S also covers them.
-  typename T::PipelineState state, previous;
-  const auto issue_sdp = [&]() {
+  typename T::PipelineState state;
+  for (int step = 0; step < b.steps; ++step) {
+    const int m0 = step_m0<T>(b, step);
     pipeline.consumer_wait(state);
     const int stage = state.index();
     issue_gemm<true>(mma_sdp, tSrQ(_, _, _, stage), tSrK, tSrS);
     issue_gemm<true>(mma_sdp, tPrdO(_, _, _, stage), tPrV, tSrdP);
-  };
-  if (b.steps > 0) issue_sdp();
-  for (int step = 0; step < b.steps; ++step) {
-    const int m0 = step_m0<T>(b, step);
-    const int stage = state.index();
-    warpgroup_wait<1>();  // the previous step's dV^T and dK^T, and S
+    warpgroup_wait<1>();
     warpgroup_fence_operand(tSrS);
-    if (step > 0) {
-      warpgroup_fence_operand(tVrdV);
-      warpgroup_fence_operand(tKrdK);
-      pipeline.consumer_release(previous);
-    }
     // Only tiles reaching past the keys' end or crossing the diagonal need the mask.
     const bool edge = b.n0 + T::kBlockN > b.len_kv || (p.causal && b.n0 + T::kBlockN - 1 > m0 + b.shift);
     if (edge) mask_scores(tSrS, tScS, m0, b.n0, b.len_kv, p.causal, b.shift);
@@ -113,30 +100,28 @@ __device__ void consume_steps_wide(const typename T::Params& p, typename T::Shar
     warpgroup_fence_operand(tSrdP);
     probs_and_grads<0>(tSrS, tSrdP, tScS, p.scale_log2, ss.lse[stage], ss.dsum[stage]);
     pack_bf16(tSrS, rP);
+    store_packed<0>(rP, tScS, sP);
+    cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by wgmma
+    cutlass::arch::NamedBarrier::sync(128, kPBarrier + consumer);
+    issue_gemm<false>(mma_kv, tVrdOt(_, _, _, stage), tVrP, tVrdV);
     pack_bf16(tSrdP, rdS);
     Tensor sdS_stage = sdS(_, _, stage);
-    store_packed<0>(rP, tScS, sP);
     store_packed<0>(rdS, tScS, sdS_stage);
-    cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by wgmma
+    cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(T::kMmaThreads, kDsBarrier);
     issue_gemm<true>(mma_q, tQrdS(_, _, _, stage), tQrKt, tQrdQ);
-    issue_gemm<false>(mma_kv, tVrdOt(_, _, _, stage), tVrP, tVrdV);
     issue_gemm<false>(mma_kv, tKrQt(_, _, _, stage), tKrdS(_, _, _, stage), tKrdK);
-    warpgroup_wait<2>();  // dQ done, dV^T and dK^T still running
+    warpgroup_wait<1>();  // dV^T and dQ done, dK^T still running
     warpgroup_fence_operand(tQrdQ);
     cutlass::arch::NamedBarrier::sync(kDqHandoffThreads, kDqEmptyBarrier + consumer);
     store_dq_tile(tQrdQ, dq_tile, wg_thread);
     cutlass::arch::fence_view_async_shared();  // read by warp 1's bulk reduction
     cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, kDqFullBarrier + consumer);
-    previous = state;
-    ++state;
-    if (step + 1 < b.steps) issue_sdp();
-  }
-  if (b.steps > 0) {
     warpgroup_wait<0>();
     warpgroup_fence_operand(tVrdV);
     warpgroup_fence_operand(tKrdK);
-    pipeline.consumer_release(previous);
+    pipeline.consumer_release(state);
+    ++state;
   }
   constexpr int DQK = T::kHeadDimQk, DV = T::kHeadDimV;
   if (p.group_parts == 1) {
