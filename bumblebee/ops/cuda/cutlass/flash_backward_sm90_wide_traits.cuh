@@ -54,6 +54,13 @@ struct BackwardTraitsWide {
                            GMMA::Major::MN>(),
       Layout<Shape<_1, _2, _1>>{}));
 
+  // N = 48 atoms are CuTe's extended wgmma shapes (CMakeLists.txt switches them
+  // on for this kernel); without them the selectors fall back to N = 16, a
+  // third of the work a wgmma for the same operand reads (measured 260 TFLOP/s).
+  static_assert(size<1>(typename TiledMmaSdP::AtomShape_MNK{}) == kConsumerKeys &&
+                    size<1>(typename TiledMmaKV::AtomShape_MNK{}) == kConsumerKeys,
+                "flash_backward_sm90 at (192, 128) needs CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED");
+
   // Q and dO: head-dim-contiguous for S and dP, read transposed by dK^T and
   // dV^T in 64-row atoms, the 128-byte swizzle's width. K: the same for S, and
   // read as K^T by dQ, whose consumers split its head dim at 96, so its atom
