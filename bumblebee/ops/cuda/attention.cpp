@@ -23,8 +23,9 @@
 // (our own kernels; auto's choice when the build has no cuDNN). On an H200
 // our sm_90a kernels lead cuDNN's at 16 / 8 heads of 128 (forward 540-584
 // against 427-580 TFLOP/s, backward 444-473 against 367-458, 1-4 sequences
-// of 4096) and trail its backward at 32 / 4 (425 against 463) and wherever
-// the backward has no sm_90a kernel (192 / 128), so auto stays with cuDNN;
+// of 4096) and trail its backward at 32 / 4 (445 against 453) and at
+// 192 / 128 (320-373 against 324-379 at 16 heads, 371 against 438 at
+// DeepSeek-V3's 128), so auto stays with cuDNN;
 // the dense benches train as fast on either (benchmarks/RESULTS.md). The
 // variable is read at every call, so one process can compare both. Flash
 // itself has two kernels a direction: on compute capability 9.0 in builds
