@@ -44,6 +44,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_registers.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_steps.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_traits.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_wide.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_sm90_gemm.cuh"
@@ -153,7 +154,7 @@ __device__ void consume_steps(const typename T::Params& p, typename T::SharedSto
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename T::SmemLayoutK{});
   Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename T::SmemLayoutKt{});
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename T::SmemLayoutV{});
-  Tensor sdS = make_tensor(make_smem_ptr(ss.ds.data()), typename T::SmemLayoutdS{});
+  Tensor sdS = make_tensor(make_smem_ptr(ss.p_ds.data()), typename T::SmemLayoutdS{});
 
   // Operands (shared-memory descriptors; (MMA, MMA_M|N, MMA_K[, stages])).
   Tensor tSrK = thr_sdp.partition_fragment_A(sK);
@@ -186,10 +187,7 @@ __device__ void consume_steps(const typename T::Params& p, typename T::SharedSto
   clear(tVrdV);
   clear(tKrdK);
   const int consumer = mma_thread / 128, wg_thread = mma_thread % 128;
-  float* dq_tile = ss.dq.data() + consumer * T::kDqTileFloats;
-  // The tile starts free: this warp stands in for warp 1's first arrival.
-  if (wg_thread < 32) cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, kDqEmptyBarrier + consumer);
-  if (b.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&ss.kv_full, 0);
+  float* dq_tile = start_consumer<T>(ss, b, consumer, wg_thread);
   typename T::PipelineState state;
   for (int step = 0; step < b.steps; ++step) {
     const int m0 = step_m0<T>(b, step);
@@ -218,24 +216,17 @@ __device__ void consume_steps(const typename T::Params& p, typename T::SharedSto
     issue_gemm<false>(mma_kv, tKrdS, tKrQ(_, _, _, stage), tKrdK);
     warpgroup_wait<1>();  // dV and dQ done, dK still running
     warpgroup_fence_operand(tQrdQ);
-    cutlass::arch::NamedBarrier::sync(kDqHandoffThreads, kDqEmptyBarrier + consumer);
-    store_dq_tile(tQrdQ, dq_tile, wg_thread);
-    cutlass::arch::fence_view_async_shared();  // read by warp 1's bulk reduction
-    cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, kDqFullBarrier + consumer);
+    hand_off_dq(tQrdQ, dq_tile, consumer, wg_thread);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tVrdV);
     warpgroup_fence_operand(tKrdK);
     pipeline.consumer_release(state);
     ++state;
   }
-  if (p.group_parts == 1) {
-    store_key_rows<D>(p.dv, tVrdV, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
-    store_key_rows<D>(p.dk, tKrdK, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, p.scale);
-  } else {
-    const int64_t part = int64_t(b.part) * p.tokens_kv * p.heads_kv * D;
-    store_key_rows<D>(p.dv_parts + part, tVrdV, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
-    store_key_rows<D>(p.dk_parts + part, tKrdK, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, p.scale);
-  }
+  store_dk_dv<T>(p, b, [&](auto* dv, auto* dk) {
+    store_key_rows<D>(dv, tVrdV, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
+    store_key_rows<D>(dk, tKrdK, tKVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, p.scale);
+  });
 }
 
 template <class T>
@@ -262,8 +253,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
-  if constexpr (std::is_same_v<T, BackwardTraitsWide>) consume_steps_wide<T>(p, ss, b, pipeline, int(threadIdx.x) - 128);
-  else consume_steps<T>(p, ss, b, pipeline, int(threadIdx.x) - 128);
+  const int mma_thread = int(threadIdx.x) - 128;
+  if constexpr (std::is_same_v<T, BackwardTraitsWide>) consume_steps_wide<T>(p, ss, b, pipeline, mma_thread);
+  else consume_steps<T>(p, ss, b, pipeline, mma_thread);
 }
 
 }  // namespace bb::cuda::flash_sm90

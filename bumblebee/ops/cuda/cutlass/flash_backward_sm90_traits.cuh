@@ -1,13 +1,15 @@
 // Compile-time traits of the sm_90a flash attention backward
-// (flash_backward_sm90_kernel.cuh): what every tile configuration shares
-// (BackwardIo: the TMA types over its stage layouts and the kernel
-// parameters), and the traits of the configuration whose consumers hold the
-// transposed scores (BackwardTraits): tile shapes, warpgroup roles and
-// register budgets, the four GEMMs' wgmma types, shared-memory layouts (with
-// the transposed views the dK, dV and dQ GEMMs read), the padded query-row
-// space of the row statistics and the dQ sums, and the key / query span of
-// one block. flash_backward_sm90_wide_traits.cuh holds the configuration for
-// MLA's (192, 128).
+// (flash_backward_sm90_kernel.cuh). A configuration is its tiles (tile
+// shapes, warpgroup roles and register budgets, the GEMMs' wgmma types and
+// the shared-memory layouts with the transposed views the GEMMs read) inside
+// BackwardConfig, which adds what every configuration shares: the byte
+// counts of its loads, the TMA types over its layouts, the kernel
+// parameters, the pipeline and the block's shared memory. Here: the tiles of
+// the configuration whose consumers hold the transposed scores
+// (BackwardTiles, for (64, 64) and (128, 128)), the padded query-row space of
+// the row statistics and the dQ sums, and the key / query span of one block
+// (flash_backward_sm90_steps.cuh has its steps).
+// flash_backward_sm90_wide_traits.cuh holds the tiles of MLA's (192, 128).
 #pragma once
 
 #include "bumblebee/ops/cuda/cutlass/flash_sm90_cute.cuh"
@@ -17,51 +19,11 @@
 
 namespace bb::cuda::flash_sm90 {
 
-// The packed tensors as TMA sees them, (tokens, head dim, heads), the TMA
-// types over a configuration's stage layouts (Q and dO: one stage of
-// (kBlockM, head dim); K and V: (kBlockN, head dim)), and the parameters
-// every configuration's kernel takes.
-template <class Element, int kBlockM, int kBlockN, int DQK, int DV, class LayoutQ, class LayoutdO, class LayoutK,
-          class LayoutV>
-struct BackwardIo {
-  using GmemShape = Shape<int32_t, int32_t, int32_t>;
-  using GmemStride = Stride<int64_t, _1, int64_t>;
-  using GmemPtr = decltype(make_gmem_ptr(static_cast<const Element*>(nullptr)));
-  using GmemTensor = decltype(make_tensor(GmemPtr{}, GmemShape{}, GmemStride{}));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, LayoutQ{}, Shape<Int<kBlockM>, Int<DQK>>{}, _1{}));
-  using TmadO = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, LayoutdO{}, Shape<Int<kBlockM>, Int<DV>>{}, _1{}));
-  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, LayoutK{}, Shape<Int<kBlockN>, Int<DQK>>{}, _1{}));
-  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, LayoutV{}, Shape<Int<kBlockN>, Int<DV>>{}, _1{}));
-
-  struct Params {
-    TmaQ tma_q;
-    TmadO tma_do;
-    TmaK tma_k;
-    TmaV tma_v;
-    int tokens_q, tokens_kv, heads_q, heads_kv;
-    const int* cu_seqlens_q;   // [S + 1]
-    const int* cu_seqlens_kv;  // [S + 1]
-    BlockOrder order;          // units (part, kv head, sequence) x key blocks
-    int group_parts;           // blocks a key block's group walk is split over (group_parts_for)
-    bool causal;               // diagonal bottom-right, as the forward
-    float scale;               // softmax scale (dK's factor; dQ's is applied at its conversion)
-    float scale_log2;          // softmax scale * log2(e)
-    int rows_padded;           // query rows in the padded space (padded_rows)
-    const float* lse_log2;     // [heads_q, rows_padded]: lse * log2(e); +inf for padding and rows that saw no key
-    const float* dsum;         // [heads_q, rows_padded]: rowsum(dout * out); 0 for padding
-    float* dq_accum;           // [heads_q, rows_padded / kBlockM, kConsumers, kDqTileFloats], unscaled
-    Element* dk;               // [tokens_kv, heads_kv, DQK], when group_parts is 1
-    Element* dv;               // [tokens_kv, heads_kv, DV], when group_parts is 1
-    float* dk_parts;           // [group_parts, tokens_kv, heads_kv, DQK] scaled, when group_parts > 1
-    float* dv_parts;           // [group_parts, tokens_kv, heads_kv, DV], when group_parts > 1
-  };
-};
-
 // D is the head dim of q, k, v and dout alike, (64, 64) or (128, 128). Each
 // consumer owns 64 keys and holds S^T, dP^T, dK and dV of them in registers;
-// at (192, 128) those leave no registers for dQ (BackwardTraitsWide instead).
+// at (192, 128) those leave no registers for dQ (WideBackwardTiles instead).
 template <int D>
-struct BackwardTraits {
+struct BackwardTiles {
   static constexpr int kHeadDimQk = D, kHeadDimV = D;
   static constexpr int kBlockN = 128;  // key rows per block, 64 per consumer warpgroup
   static constexpr int kBlockM = 64;   // query rows per step
@@ -122,40 +84,87 @@ struct BackwardTraits {
                                                                                   BlockN>());
   using SmemLayoutdS = decltype(tile_to_shape(SmemAtomdS{}, Shape<BlockM, BlockN, Int<kStages>>{}));
 
-  static constexpr uint32_t kQBytes = kBlockM * D * sizeof(Element);   // one Q stage
-  static constexpr uint32_t kdOBytes = kBlockM * D * sizeof(Element);  // one dO stage
-  static constexpr uint32_t kKBytes = kBlockN * D * sizeof(Element);
-  static constexpr uint32_t kVBytes = kBlockN * D * sizeof(Element);
+  using SmemLayoutdO = SmemLayoutQ;
+  static constexpr int kPElements = 0;  // P stays in registers
+};
+
+// Configuration Tiles' loads, parameters and shared memory.
+template <class Tiles>
+struct BackwardConfig : Tiles {
+  using Element = typename Tiles::Element;
+  static constexpr int kBlockM = Tiles::kBlockM, kBlockN = Tiles::kBlockN, kStages = Tiles::kStages;
+  static constexpr int DQK = Tiles::kHeadDimQk, DV = Tiles::kHeadDimV;
+
+  static constexpr uint32_t kQBytes = kBlockM * DQK * sizeof(Element);  // one Q stage
+  static constexpr uint32_t kdOBytes = kBlockM * DV * sizeof(Element);  // one dO stage
+  static constexpr uint32_t kKBytes = kBlockN * DQK * sizeof(Element);
+  static constexpr uint32_t kVBytes = kBlockN * DV * sizeof(Element);
   static constexpr uint32_t kStatBytes = kBlockM * sizeof(float);  // one stage's lse or dsum
 
-  using SmemLayoutdO = SmemLayoutQ;
-  using Io = BackwardIo<Element, kBlockM, kBlockN, D, D, decltype(take<0, 2>(SmemLayoutQ{})),
-                        decltype(take<0, 2>(SmemLayoutdO{})), SmemLayoutK, SmemLayoutV>;
-  using TmaQ = typename Io::TmaQ;
-  using TmadO = typename Io::TmadO;
-  using TmaK = typename Io::TmaK;
-  using TmaV = typename Io::TmaV;
-  using Params = typename Io::Params;
+  // The packed tensors as TMA sees them, (tokens, head dim, heads), and the
+  // TMA types over one stage of Q and dO and the K and V tiles.
+  using GmemShape = Shape<int32_t, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t>;
+  using GmemPtr = decltype(make_gmem_ptr(static_cast<const Element*>(nullptr)));
+  using GmemTensor = decltype(make_tensor(GmemPtr{}, GmemShape{}, GmemStride{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(typename Tiles::SmemLayoutQ{}),
+                                      Shape<Int<kBlockM>, Int<DQK>>{}, _1{}));
+  using TmadO = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(typename Tiles::SmemLayoutdO{}),
+                                       Shape<Int<kBlockM>, Int<DV>>{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, typename Tiles::SmemLayoutK{},
+                                      Shape<Int<kBlockN>, Int<DQK>>{}, _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, typename Tiles::SmemLayoutV{},
+                                      Shape<Int<kBlockN>, Int<DV>>{}, _1{}));
+
+  struct Params {
+    TmaQ tma_q;
+    TmadO tma_do;
+    TmaK tma_k;
+    TmaV tma_v;
+    int tokens_q, tokens_kv, heads_q, heads_kv;
+    const int* cu_seqlens_q;   // [S + 1]
+    const int* cu_seqlens_kv;  // [S + 1]
+    BlockOrder order;          // units (part, kv head, sequence) x key blocks
+    int group_parts;           // blocks a key block's group walk is split over (group_parts_for)
+    bool causal;               // diagonal bottom-right, as the forward
+    float scale;               // softmax scale (dK's factor; dQ's is applied at its conversion)
+    float scale_log2;          // softmax scale * log2(e)
+    int rows_padded;           // query rows in the padded space (padded_rows)
+    const float* lse_log2;     // [heads_q, rows_padded]: lse * log2(e); +inf for padding and rows that saw no key
+    const float* dsum;         // [heads_q, rows_padded]: rowsum(dout * out); 0 for padding
+    float* dq_accum;           // [heads_q, rows_padded / kBlockM, kConsumers, kDqTileFloats], unscaled
+    Element* dk;               // [tokens_kv, heads_kv, DQK], when group_parts is 1
+    Element* dv;               // [tokens_kv, heads_kv, DV], when group_parts is 1
+    float* dk_parts;           // [group_parts, tokens_kv, heads_kv, DQK] scaled, when group_parts > 1
+    float* dv_parts;           // [group_parts, tokens_kv, heads_kv, DV], when group_parts > 1
+  };
 
   // One pipeline carries a step's Q and dO tiles and its lse and dsum rows
   // (all on one barrier).
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename cutlass::PipelineState<kStages>;
 
-  // Every buffer on the 1024-byte grid of the 128-byte swizzle.
+  // Every buffer on the 1024-byte grid of the 128-byte swizzle. P (where the
+  // tiles keep it in shared memory: kPElements) and dS share one array, P
+  // first (p_ds + kPElements is dS).
   struct SharedStorage {
-    array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
-    array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
-    array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
-    array_aligned<Element, cosize_v<SmemLayoutdO>, 1024> dout;
-    array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> ds;
-    array_aligned<float, kConsumers * kDqTileFloats, 128> dq;  // each consumer's dQ tile
+    array_aligned<Element, cosize_v<typename Tiles::SmemLayoutK>, 1024> k;
+    array_aligned<Element, cosize_v<typename Tiles::SmemLayoutV>, 1024> v;
+    array_aligned<Element, cosize_v<typename Tiles::SmemLayoutQ>, 1024> q;
+    array_aligned<Element, cosize_v<typename Tiles::SmemLayoutdO>, 1024> dout;
+    array_aligned<Element, Tiles::kPElements + cosize_v<typename Tiles::SmemLayoutdS>, 1024> p_ds;
+    array_aligned<float, Tiles::kConsumers * Tiles::kDqTileFloats, 128> dq;  // each consumer's dQ tile
     alignas(128) float lse[kStages][kBlockM];
     alignas(128) float dsum[kStages][kBlockM];
     uint64_t kv_full;  // mbarrier: the K and V tiles have landed
     typename Pipeline::SharedStorage q_pipeline;
   };
+  static_assert(Tiles::kPElements * sizeof(Element) % 1024 == 0, "dS must start on the swizzle's grid");
+  static_assert(sizeof(SharedStorage) <= 227 * 1024, "the backward's tiles exceed a block's shared memory");
 };
+
+template <int D>
+using BackwardTraits = BackwardConfig<BackwardTiles<D>>;
 
 // How many blocks share the walk over a kv head's group of `group` query heads
 // for one key block: a block walks at most kMaxGroupWalk heads. At 8:1 (32 / 4
@@ -223,28 +232,6 @@ __device__ __forceinline__ KeyBlockSpan key_block_span(const typename T::Params&
   b.m_count = max(0, (b.len_q + T::kBlockM - 1) / T::kBlockM - b.m_first);
   b.steps = b.heads * b.m_count;
   return b;
-}
-
-// The step's query head and first query row.
-__device__ __forceinline__ int step_head(const KeyBlockSpan& b, int step) {
-  return b.first_head + step / b.m_count;
-}
-template <class T>
-__device__ __forceinline__ int step_m0(const KeyBlockSpan& b, int step) {
-  return (b.m_first + step % b.m_count) * T::kBlockM;
-}
-
-// Named barriers of the block: both consumers' dS halves in place; per
-// consumer, its dQ tile free (warp 1 has read it) and full, and (at
-// (192, 128)) its P in place.
-constexpr uint32_t kDsBarrier = 0, kDqEmptyBarrier = 1, kDqFullBarrier = 3, kPBarrier = 5;
-constexpr uint32_t kDqHandoffThreads = 128 + 32;  // a consumer and warp 1
-
-// The first row of a step's query tile in the padded row space of head `head`.
-template <class T>
-__device__ __forceinline__ int64_t step_padded_row(const typename T::Params& p, const KeyBlockSpan& b, int head,
-                                                   int m0) {
-  return int64_t(head) * p.rows_padded + b.q_padded + m0;
 }
 
 }  // namespace bb::cuda::flash_sm90

@@ -20,6 +20,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_registers.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_steps.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_wide_traits.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_sm90_gemm.cuh"
 
@@ -48,10 +49,10 @@ __device__ void consume_steps_wide(const typename T::Params& p, typename T::Shar
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename T::SmemLayoutK{});
   Tensor sKt = make_tensor(make_smem_ptr(ss.k.data()), typename T::SmemLayoutKt{});
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename T::SmemLayoutV{});
-  Tensor sP = make_tensor(make_smem_ptr(ss.p.data()), typename T::SmemLayoutP{});
-  Tensor sPt = make_tensor(make_smem_ptr(ss.p.data()), typename T::SmemLayoutPt{});
-  Tensor sdS = make_tensor(make_smem_ptr(ss.ds.data()), typename T::SmemLayoutdS{});
-  Tensor sdSt = make_tensor(make_smem_ptr(ss.ds.data()), typename T::SmemLayoutdSt{});
+  Tensor sP = make_tensor(make_smem_ptr(ss.p_ds.data()), typename T::SmemLayoutP{});
+  Tensor sPt = make_tensor(make_smem_ptr(ss.p_ds.data()), typename T::SmemLayoutPt{});
+  Tensor sdS = make_tensor(make_smem_ptr(ss.p_ds.data() + T::kPElements), typename T::SmemLayoutdS{});
+  Tensor sdSt = make_tensor(make_smem_ptr(ss.p_ds.data() + T::kPElements), typename T::SmemLayoutdSt{});
 
   // Operands (shared-memory descriptors; (MMA, MMA_M|N, MMA_K[, stages])).
   Tensor tSrQ = thr_sdp.partition_fragment_A(sQ);
@@ -80,10 +81,7 @@ __device__ void consume_steps_wide(const typename T::Params& p, typename T::Shar
   clear(tVrdV);
   clear(tKrdK);
   const int consumer = mma_thread / 128, wg_thread = mma_thread % 128;
-  float* dq_tile = ss.dq.data() + consumer * T::kDqTileFloats;
-  // The tile starts free: this warp stands in for warp 1's first arrival.
-  if (wg_thread < 32) cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, kDqEmptyBarrier + consumer);
-  if (b.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&ss.kv_full, 0);
+  float* dq_tile = start_consumer<T>(ss, b, consumer, wg_thread);
   typename T::PipelineState state;
   for (int step = 0; step < b.steps; ++step) {
     const int m0 = step_m0<T>(b, step);
@@ -113,26 +111,17 @@ __device__ void consume_steps_wide(const typename T::Params& p, typename T::Shar
     issue_gemm<false>(mma_kv, tKrQt(_, _, _, stage), tKrdS(_, _, _, stage), tKrdK);
     warpgroup_wait<1>();  // dV^T and dQ done, dK^T still running
     warpgroup_fence_operand(tQrdQ);
-    cutlass::arch::NamedBarrier::sync(kDqHandoffThreads, kDqEmptyBarrier + consumer);
-    store_dq_tile(tQrdQ, dq_tile, wg_thread);
-    cutlass::arch::fence_view_async_shared();  // read by warp 1's bulk reduction
-    cutlass::arch::NamedBarrier::arrive(kDqHandoffThreads, kDqFullBarrier + consumer);
+    hand_off_dq(tQrdQ, dq_tile, consumer, wg_thread);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tVrdV);
     warpgroup_fence_operand(tKrdK);
     pipeline.consumer_release(state);
     ++state;
   }
-  constexpr int DQK = T::kHeadDimQk, DV = T::kHeadDimV;
-  if (p.group_parts == 1) {
-    store_key_cols<DV>(p.dv, tVrdV, tVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
-    store_key_cols<DQK>(p.dk, tKrdK, tKc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, p.scale);
-  } else {
-    const int64_t rows = int64_t(b.part) * p.tokens_kv * p.heads_kv;
-    store_key_cols<DV>(p.dv_parts + rows * DV, tVrdV, tVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
-    store_key_cols<DQK>(p.dk_parts + rows * DQK, tKrdK, tKc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head,
-                        p.scale);
-  }
+  store_dk_dv<T>(p, b, [&](auto* dv, auto* dk) {
+    store_key_cols<T::kHeadDimV>(dv, tVrdV, tVc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, 1.f);
+    store_key_cols<T::kHeadDimQk>(dk, tKrdK, tKc, b.kv_start, b.n0, b.len_kv, p.heads_kv, b.kv_head, p.scale);
+  });
 }
 
 }  // namespace bb::cuda::flash_sm90

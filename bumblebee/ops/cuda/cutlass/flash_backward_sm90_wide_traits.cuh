@@ -8,14 +8,15 @@
 // the whole head dims would take 160, which with S, dP and dQ is more than a
 // thread has. P and dS reach the dK^T, dV^T and dQ GEMMs through shared
 // memory. The consumer loop is flash_backward_sm90_wide.cuh; the producer,
-// warp 1 and the host side are those of BackwardTraits.
+// warp 1, BackwardConfig's parts and the host side are those of
+// BackwardTraits.
 #pragma once
 
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_traits.cuh"
 
 namespace bb::cuda::flash_sm90 {
 
-struct BackwardTraitsWide {
+struct WideBackwardTiles {
   static constexpr int kHeadDimQk = 192, kHeadDimV = 128;
   static constexpr int kBlockN = 96;  // key rows per block
   static constexpr int kBlockM = 64;  // query rows per step
@@ -101,37 +102,9 @@ struct BackwardTraitsWide {
   using SmemLayoutdSt = decltype(composition(
       SmemLayoutdS{}, make_layout(Shape<BlockN, BlockM, Int<kStages>>{}, Stride<BlockM, _1, Int<kBlockM * kBlockN>>{})));
 
-  static constexpr uint32_t kQBytes = kBlockM * kHeadDimQk * sizeof(Element);  // one Q stage
-  static constexpr uint32_t kdOBytes = kBlockM * kHeadDimV * sizeof(Element);  // one dO stage
-  static constexpr uint32_t kKBytes = kBlockN * kHeadDimQk * sizeof(Element);
-  static constexpr uint32_t kVBytes = kBlockN * kHeadDimV * sizeof(Element);
-  static constexpr uint32_t kStatBytes = kBlockM * sizeof(float);  // one stage's lse or dsum
-
-  using Io = BackwardIo<Element, kBlockM, kBlockN, kHeadDimQk, kHeadDimV, decltype(take<0, 2>(SmemLayoutQ{})),
-                        decltype(take<0, 2>(SmemLayoutdO{})), SmemLayoutK, SmemLayoutV>;
-  using TmaQ = typename Io::TmaQ;
-  using TmadO = typename Io::TmadO;
-  using TmaK = typename Io::TmaK;
-  using TmaV = typename Io::TmaV;
-  using Params = typename Io::Params;
-
-  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineState = typename cutlass::PipelineState<kStages>;
-
-  struct SharedStorage {
-    array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
-    array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
-    array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
-    array_aligned<Element, cosize_v<SmemLayoutdO>, 1024> dout;
-    array_aligned<Element, cosize_v<SmemLayoutP>, 1024> p;
-    array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> ds;
-    array_aligned<float, kConsumers * kDqTileFloats, 128> dq;  // each consumer's dQ tile
-    alignas(128) float lse[kStages][kBlockM];
-    alignas(128) float dsum[kStages][kBlockM];
-    uint64_t kv_full;  // mbarrier: the K and V tiles have landed
-    typename Pipeline::SharedStorage q_pipeline;
-  };
-  static_assert(sizeof(SharedStorage) <= 227 * 1024, "the backward's tiles exceed a block's shared memory");
+  static constexpr int kPElements = cosize_v<SmemLayoutP>;
 };
+
+using BackwardTraitsWide = BackwardConfig<WideBackwardTiles>;
 
 }  // namespace bb::cuda::flash_sm90
