@@ -3,8 +3,8 @@
 // the kernel that splits a block into the two roles (with
 // flash_backward_sm90_wide.cuh's loop at (192, 128)). Its types are in
 // flash_backward_sm90_traits.cuh, its register-side pieces in
-// flash_backward_sm90_registers.cuh; flash_backward_sm90.cu builds the TMA
-// descriptors and launches it. What follows describes the transposed loop.
+// flash_backward_sm90_registers.cuh; flash_backward_sm90_launch.cuh builds the
+// TMA descriptors and launches it. What follows describes the transposed loop.
 //
 // One block of three warpgroups owns 128 keys of one kv head of one sequence
 // and walks every query head of the kv head's group and every 64-row query
@@ -36,8 +36,6 @@
 // masked; query rows read lse +inf from the padded statistics, so P = dS = 0,
 // and their dQ lands in padding rows) or TMA's zero fill past the tensor.
 #pragma once
-
-#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -254,8 +252,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   }
   cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
   const int mma_thread = int(threadIdx.x) - 128;
-  if constexpr (std::is_same_v<T, BackwardTraitsWide>) consume_steps_wide<T>(p, ss, b, pipeline, mma_thread);
-  else consume_steps<T>(p, ss, b, pipeline, mma_thread);
+  if constexpr (T::kScoresTransposed) consume_steps<T>(p, ss, b, pipeline, mma_thread);
+  else consume_steps_wide<T>(p, ss, b, pipeline, mma_thread);
 }
 
 }  // namespace bb::cuda::flash_sm90

@@ -85,7 +85,8 @@ struct BackwardTiles {
   using SmemLayoutdS = decltype(tile_to_shape(SmemAtomdS{}, Shape<BlockM, BlockN, Int<kStages>>{}));
 
   using SmemLayoutdO = SmemLayoutQ;
-  static constexpr int kPElements = 0;  // P stays in registers
+  static constexpr bool kScoresTransposed = true;  // consume_steps (flash_backward_sm90_kernel.cuh)
+  static constexpr int kPElements = 0;             // P stays in registers
 };
 
 // Configuration Tiles' loads, parameters and shared memory.

@@ -21,7 +21,7 @@
 
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_registers.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_steps.cuh"
-#include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_wide_traits.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_traits.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_sm90_gemm.cuh"
 
 namespace bb::cuda::flash_sm90 {

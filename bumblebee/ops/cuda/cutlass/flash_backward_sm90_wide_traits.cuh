@@ -102,6 +102,7 @@ struct WideBackwardTiles {
   using SmemLayoutdSt = decltype(composition(
       SmemLayoutdS{}, make_layout(Shape<BlockN, BlockM, Int<kStages>>{}, Stride<BlockM, _1, Int<kBlockM * kBlockN>>{})));
 
+  static constexpr bool kScoresTransposed = false;  // consume_steps_wide (flash_backward_sm90_wide.cuh)
   static constexpr int kPElements = cosize_v<SmemLayoutP>;
 };
 
