@@ -22,6 +22,10 @@ void expect_shape(const char* op, const Tensor& t, const char* name, const Shape
            shape_str(shape));
 }
 
+void expect_shape(const char* op, const Shape& shape, std::initializer_list<Arg> args) {
+  for (const Arg& a : args) expect_shape(op, a.t, a.name, shape);
+}
+
 void expect_index(const char* op, const Tensor& t, const char* name) {
   BB_CHECK(t.dtype() == DType::I32 || t.dtype() == DType::I64, op, ": index tensor '", name,
            "' must be int32 or int64, got ", dtype_name(t.dtype()));

@@ -34,6 +34,8 @@ Device common_device(const char* op, std::initializer_list<Arg> args);
 
 void expect_dim(const char* op, const Tensor& t, const char* name, int64_t dim);
 void expect_shape(const char* op, const Tensor& t, const char* name, const Shape& shape);
+// Every tensor of `args` has `shape` (a row's statistics, say).
+void expect_shape(const char* op, const Shape& shape, std::initializer_list<Arg> args);
 void expect_index(const char* op, const Tensor& t, const char* name);
 void expect_cpu_float(const char* op, const Arg& a);
 

@@ -12,11 +12,9 @@ void check_softmax_stats(const char* op, const Tensor& logits, const Tensor& lab
                          const Tensor& sumexp, const Tensor& target_logit, Device dev) {
   expect_dim(op, logits, "logits", 2);
   const Shape rows{logits.size(0)};
-  expect_shape(op, labels, "labels", rows);
+  expect_shape(op, rows,
+               {{labels, "labels"}, {row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"}});
   expect_index(op, labels, "labels");
-  expect_shape(op, row_max, "row_max", rows);
-  expect_shape(op, sumexp, "sumexp", rows);
-  expect_shape(op, target_logit, "target_logit", rows);
   if (dev.is_cpu())
     expect_cpu_same_float(
         op, {{logits, "logits"}, {row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"}});
@@ -62,10 +60,7 @@ void cross_entropy_loss(const Tensor& row_max, const Tensor& sumexp, const Tenso
   const Device dev = common_device(
       op, {{row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"}, {lse, "lse"}, {loss, "loss"}});
   expect_dim(op, row_max, "row_max", 1);
-  expect_shape(op, sumexp, "sumexp", row_max.shape());
-  expect_shape(op, target_logit, "target_logit", row_max.shape());
-  expect_shape(op, lse, "lse", row_max.shape());
-  expect_shape(op, loss, "loss", row_max.shape());
+  expect_shape(op, row_max.shape(), {{sumexp, "sumexp"}, {target_logit, "target_logit"}, {lse, "lse"}, {loss, "loss"}});
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{row_max, "row_max"}, {sumexp, "sumexp"}, {target_logit, "target_logit"},
                                {lse, "lse"}, {loss, "loss"}});
@@ -81,10 +76,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, int64_t 
       op, {{logits, "logits"}, {labels, "labels"}, {lse, "lse"}, {dloss, "dloss"}, {dlogits, "dlogits"}});
   expect_dim(op, logits, "logits", 2);
   const Shape rows{logits.size(0)};
-  expect_shape(op, labels, "labels", rows);
+  expect_shape(op, rows, {{labels, "labels"}, {lse, "lse"}, {dloss, "dloss"}});
   expect_index(op, labels, "labels");
-  expect_shape(op, lse, "lse", rows);
-  expect_shape(op, dloss, "dloss", rows);
   expect_shape(op, dlogits, "dlogits", logits.shape());
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{logits, "logits"}, {lse, "lse"}, {dloss, "dloss"}, {dlogits, "dlogits"}});
@@ -111,9 +104,7 @@ void entropy_from_sums(const Tensor& lse, const Tensor& sumexp, const Tensor& ze
   const Device dev =
       common_device(op, {{lse, "lse"}, {sumexp, "sumexp"}, {zexp_sum, "zexp_sum"}, {entropy, "entropy"}});
   expect_dim(op, lse, "lse", 1);
-  expect_shape(op, sumexp, "sumexp", lse.shape());
-  expect_shape(op, zexp_sum, "zexp_sum", lse.shape());
-  expect_shape(op, entropy, "entropy", lse.shape());
+  expect_shape(op, lse.shape(), {{sumexp, "sumexp"}, {zexp_sum, "zexp_sum"}, {entropy, "entropy"}});
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{lse, "lse"}, {sumexp, "sumexp"}, {zexp_sum, "zexp_sum"}, {entropy, "entropy"}});
     BB_DISPATCH_CPU(entropy_from_sums, lse, sumexp, zexp_sum, entropy);
@@ -129,12 +120,9 @@ void cross_entropy_entropy_backward(const Tensor& logits, const Tensor& labels, 
                                         {dloss, "dloss"}, {dentropy, "dentropy"}, {dlogits, "dlogits"}});
   expect_dim(op, logits, "logits", 2);
   const Shape rows{logits.size(0)};
-  expect_shape(op, labels, "labels", rows);
+  expect_shape(op, rows,
+               {{labels, "labels"}, {lse, "lse"}, {entropy, "entropy"}, {dloss, "dloss"}, {dentropy, "dentropy"}});
   expect_index(op, labels, "labels");
-  expect_shape(op, lse, "lse", rows);
-  expect_shape(op, entropy, "entropy", rows);
-  expect_shape(op, dloss, "dloss", rows);
-  expect_shape(op, dentropy, "dentropy", rows);
   expect_shape(op, dlogits, "dlogits", logits.shape());
   if (dev.is_cpu()) {
     expect_cpu_same_float(op, {{logits, "logits"}, {lse, "lse"}, {entropy, "entropy"}, {dloss, "dloss"},
