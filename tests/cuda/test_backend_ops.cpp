@@ -17,6 +17,9 @@
 //   bb_cuda_ops --perf          time the GEMM, attention and memory-bound
 //                               kernels instead (test_backend_ops_perf.cpp);
 //                               with --filter, only the groups named
+//                               (attention: both backends at the benches'
+//                               shapes; backend_variants: our Hopper path on
+//                               and off, cuDNN's graph variants)
 //
 // When the build has cuDNN attention, attention cases (plain causal
 // self-attention and the partial attention of ring attention) run under both
