@@ -3,10 +3,11 @@
 // flash_forward_sm90_kernel.cuh's kernel. Compiled for sm_90a alone (wgmma,
 // TMA and setmaxnreg need it).
 //
-// One block per 128 query rows of one head of one sequence, Hq x S x
-// ceil(max_seqlen_q / 128) in the order of flash_sm90_schedule.h; blocks
-// past their sequence's end return at once. Only the head dims the model zoo needs are instantiated
-// (each costs a minute of nvcc on CI's two cores).
+// One block per kBlockM query rows (128; 192 at head dim 64) of one head of
+// one sequence, Hq x S x ceil(max_seqlen_q / kBlockM) in the order of
+// flash_sm90_schedule.h; blocks past their sequence's end return at once.
+// Only the head dims the model zoo needs are instantiated (each costs a
+// minute of nvcc on CI's two cores).
 #include "bumblebee/ops/cuda/cutlass/flash_forward_sm90.h"
 
 #include <cuda_runtime.h>

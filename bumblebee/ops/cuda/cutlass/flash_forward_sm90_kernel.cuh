@@ -4,18 +4,19 @@
 // flash_forward_sm90.cu builds the TMA descriptors and launches it.
 //
 // One block of three warpgroups computes 128 query rows of one head of one
-// sequence. Warpgroup 0 is the producer: one thread issues TMA loads of the Q
-// tile and of the K and V tiles, which stream through two-stage mbarrier
-// pipelines (CUTLASS's PipelineTmaAsync, one for K and one for V).
-// Warpgroups 1 and 2 are the consumers, 64 query rows each. setmaxnreg moves
-// registers from the producer (24 a thread) to the consumers (240).
+// sequence (four and 192 rows at head dim 64). Warpgroup 0 is the producer:
+// one thread issues TMA loads of the Q tile and of the K and V tiles, which
+// stream through two-stage mbarrier pipelines (CUTLASS's PipelineTmaAsync,
+// one for K and one for V). The others are the consumers, 64 query rows
+// each. setmaxnreg moves registers from the producer (24 a thread) to the
+// consumers (240; 160 with three).
 //
 // Per key tile, a consumer runs S = Q K^T on wgmma with both operands in
 // shared memory, the mask and the online softmax in registers, and
 // O += P V with P from registers (bf16) and V in shared memory. The two
 // GEMMs overlap the softmax: S of tile j is issued, then P V of tile j + 1,
 // and the softmax of S runs while P V is still on the tensor cores; O is
-// rescaled once P V has landed. Across the two consumers, named barriers
+// rescaled once P V has landed. Across the consumers, named barriers
 // alternate who issues GEMMs (pingpong), so one's softmax overlaps the
 // other's GEMMs. Key tiles are walked from the last to the first, so the
 // tiles that need masking (the causal diagonal, the sequence end) come first
@@ -85,22 +86,25 @@ __device__ void load_tiles(const typename T::Params& p, typename T::SharedStorag
   copy(p.tma_v.with(*v_pipeline.producer_get_barrier(v_state), 0), tVg(_, 0), tVs(_, v_state.index()));
 }
 
-// Pingpong between the two consumer warpgroups: each issues its GEMMs for a
-// tile only after the other has issued its own, so one warpgroup's softmax
-// runs while the other's GEMMs hold the tensor cores. Named barrier `c` (of
-// 256 threads) is consumer c's turn: c waits on it before issuing and the
-// other consumer arrives on it after issuing. Consumer 0 starts with its turn
-// granted; consumer 1 skips its very last arrive, which would grant a turn no
-// one takes, so both barriers end the block with no arrival pending.
+// Pingpong among the consumer warpgroups: each issues its GEMMs for a tile
+// only after the one before it (in a ring) has issued its own, so one
+// warpgroup's softmax runs while another's GEMMs hold the tensor cores.
+// Named barrier `c` (of 256 threads: consumer c and the one before it) is
+// consumer c's turn: c waits on it before issuing and the previous consumer
+// arrives on it after issuing. Consumer 0 starts with its turn granted; the
+// last consumer skips its very last arrive, which would grant consumer 0 a
+// turn no one takes, so every barrier ends the block with no arrival pending.
+template <int kConsumers>
 struct WarpScheduler {
-  int consumer;  // 0 or 1
+  int consumer;  // 0 .. kConsumers - 1
   static constexpr int kThreads = 256;
   __device__ void grant_first() const {
     if (consumer == 0) cutlass::arch::NamedBarrier::arrive(kThreads, 0);
   }
   __device__ void wait_turn() const { cutlass::arch::NamedBarrier::sync(kThreads, consumer); }
   __device__ void pass_turn(bool last) const {
-    if (!(last && consumer == 1)) cutlass::arch::NamedBarrier::arrive(kThreads, 1 - consumer);
+    if (!(last && consumer == kConsumers - 1))
+      cutlass::arch::NamedBarrier::arrive(kThreads, (consumer + 1) % kConsumers);
   }
 };
 
@@ -128,9 +132,9 @@ __device__ __forceinline__ void store_output(const typename T::Params& p, const 
   }
 }
 
-// A consumer warpgroup's 64 rows (mma_thread in [0, 256) over both
+// A consumer warpgroup's 64 rows (mma_thread in [0, kMmaThreads) over all
 // consumers): the key tiles from the last to the first, then the epilogue.
-// Both consumers walk the same tiles, which keeps the pingpong balanced.
+// All consumers walk the same tiles, which keeps the pingpong balanced.
 template <class T>
 __device__ void consume_tiles(const typename T::Params& p, typename T::SharedStorage& ss, const BlockSpan& b,
                               typename T::Pipeline& k_pipeline, typename T::Pipeline& v_pipeline, int mma_thread) {
@@ -158,8 +162,7 @@ __device__ void consume_tiles(const typename T::Params& p, typename T::SharedSto
   Tensor tOrP =
       make_tensor(rP.data(), make_layout(make_shape(make_shape(_2{}, _2{}, _2{}), _1{}, Int<T::kBlockN / 16>{})));
   static_assert(size(tOrP) == size(tSrS));
-  static_assert(T::kConsumers == 2, "the pingpong pairs two consumer warpgroups");
-  const WarpScheduler scheduler{mma_thread / 128};
+  const WarpScheduler<T::kConsumers> scheduler{mma_thread / 128};
 
   RowStats stats;
   clear(tOrO);

@@ -11,17 +11,24 @@ namespace bb::cuda::flash_sm90 {
 
 // DQK is the q/k head dim, DV the v / out head dim; both exact (no padding):
 // the TMA boxes are the head dims.
+//
+// At head dim 64 a block has three consumer warpgroups (FlashAttention-3's
+// 192-row tiles there): a K / V tile carries half the FLOPs of one at head
+// dim 128, so each load serves 192 query rows instead of 128, and the
+// consumers' accumulators (S 64, O 32 and P 32 registers) fit the 160 a
+// thread that four warpgroups leave.
 template <int DQK, int DV>
 struct ForwardTraits {
   static constexpr int kHeadDimQk = DQK, kHeadDimV = DV;
-  static constexpr int kBlockM = 128;  // query rows per block, 64 per consumer warpgroup
-  static constexpr int kBlockN = 128;  // key rows per tile
+  static constexpr int kConsumers = DQK == 64 && DV == 64 ? 3 : 2;
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per block, 64 per consumer warpgroup
+  static constexpr int kBlockN = 128;              // key rows per tile
   static constexpr int kStages = 2;
-  static constexpr int kConsumers = 2;
   static constexpr int kMmaThreads = 128 * kConsumers;
   static constexpr int kThreads = kMmaThreads + 128;
-  // 128 x 24 + 256 x 240 = 64,512 of the SM's 65,536 registers.
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // 128 x 24 + 256 x 240 = 64,512 of the SM's 65,536 registers; with three
+  // consumers 128 x 24 + 384 x 160 = 64,512.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
 
   using Element = cutlass::bfloat16_t;
   using BlockM = Int<kBlockM>;
@@ -29,7 +36,7 @@ struct ForwardTraits {
   using HeadQk = Int<DQK>;
   using HeadV = Int<DV>;
 
-  // Each consumer warpgroup takes 64 rows of M; the atom layout splits M in two.
+  // Each consumer warpgroup takes 64 rows of M; the atom layout splits M over them.
   using ConsumerLayout = Layout<Shape<Int<kConsumers>, _1, _1>>;
   using TiledMmaQK = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<BlockM, BlockN, HeadQk>>(), ConsumerLayout{}));
