@@ -10,7 +10,9 @@
 #             "rmsnorm_backward_team|sum_partials") in the groups NCU_FILTER picks (as PERF_FILTER): NCU_COUNT
 #             matching launches (default 2) after the first NCU_SKIP (default 0; a perf line launches its kernels
 #             13 times), full set at the GPU's own clocks; details page to ncu_details.txt, report ncu.ncu-rep;
-#             NCU_NAME_BASE=demangled matches the regex against names with their template arguments
+#             NCU_NAME_BASE=demangled matches the regex against names with their template arguments;
+#             BB_PERF_LINE (bb_cuda_ops' line selector) leaves one attention line's kernels alone, e.g.
+#             NCU_KERNELS=. NCU_COUNT=6 BB_PERF_LINE="attention_backward[flash] seq=4096 x 1 Hq=128" ncu
 #   cudnn_variants  cuDNN SDPA backward by graph variant (benchmarks/cudnn_sdpa_variants.cu: ragged or dense, padding
 #             mask, causal alignment, layout) with the system cuDNN and with PyTorch's
 #   gg_tiles  CUTLASS grouped GEMM tile configurations at the MoE expert shapes (benchmarks/grouped_gemm_tiles.cu):
@@ -128,6 +130,7 @@ if [ $needs_bb = 1 ]; then
   case " $stages " in *" export "*) grep -q "Python bindings for" "$LOGS/cmake.log" && targets="$targets _bumblebee" ;; esac
   ninja -C "$build" -j$(nproc) $targets > "$LOGS/build.log" 2>&1 || { grep -E "error" -A3 "$LOGS/build.log" | head -80; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s"
+  cp "$build/.ninja_log" "$LOGS/ninja_log.txt"  # each unit's compile time, for the build's critical path
 fi
 bin=$build/bin
 mpi2="mpirun --allow-run-as-root -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH${BB_ATTENTION_BACKEND:+ -x BB_ATTENTION_BACKEND}"

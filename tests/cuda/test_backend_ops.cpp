@@ -19,7 +19,9 @@
 //                               with --filter, only the groups named
 //                               (attention: both backends at the benches'
 //                               shapes; backend_variants: our Hopper path on
-//                               and off, cuDNN's graph variants)
+//                               and off, cuDNN's graph variants);
+//                               BB_PERF_LINE=A,B runs only the attention
+//                               lines whose name contains A or B
 //
 // When the build has cuDNN attention, attention cases (plain causal
 // self-attention and the partial attention of ring attention) run under both

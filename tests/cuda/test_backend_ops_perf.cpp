@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <random>
@@ -68,6 +69,14 @@ Tensor index_gpu(const std::vector<int64_t>& v, DType dtype) {
   Tensor t = Tensor::empty(host.shape(), dtype, kGpu);
   t.copy_from(host);
   return t;
+}
+
+// Whether the perf line `name` runs: BB_PERF_LINE, when set, is a
+// comma-separated list of strings one of which the name must contain (so a
+// profiler sees one line's kernels alone); the attention lines honour it.
+bool line_selected(const std::string& name) {
+  const char* lines = std::getenv("BB_PERF_LINE");
+  return lines == nullptr || filter_matches(lines, name);
 }
 
 void report_flops(const std::string& what, double ms, double flops) {
@@ -205,11 +214,18 @@ struct AttentionBench {
   // Times the forward and the backward over `spans` under `label`; the
   // forward runs untimed when time_forward is false (the backward reads a real
   // out and lse).
+  // Lines BB_PERF_LINE does not select are skipped (the forward still runs
+  // once, untimed, for a selected backward).
   void report(const std::string& label, const ops::AttentionSpans& spans, bool time_forward = true) {
+    const std::string forward_line = "attention_forward[" + label + "] " + shape;
+    const std::string backward_line = "attention_backward[" + label + "] " + shape;
+    time_forward = time_forward && line_selected(forward_line);
+    if (!time_forward && !line_selected(backward_line)) return;
     const auto forward = [&] { cuda::attention_forward(q, k, v, spans, scale, out, lse); };
-    if (time_forward) report_flops("attention_forward[" + label + "] " + shape, median_ms(forward), fwd_flops);
+    if (time_forward) report_flops(forward_line, median_ms(forward), fwd_flops);
     else forward();
-    report_flops("attention_backward[" + label + "] " + shape, median_ms([&] {
+    if (!line_selected(backward_line)) return;
+    report_flops(backward_line, median_ms([&] {
                    cuda::attention_backward(dout, q, k, v, out, lse, spans, scale, dq, dk, dv);
                  }),
                  2.5 * fwd_flops);
