@@ -1,10 +1,10 @@
 // The host side of one tile configuration of the sm_90a flash attention
 // backward, included by the translation unit that instantiates it
 // (flash_backward_sm90_d64.cu, _d128.cu, _d192.cu: one configuration a unit,
-// so nvcc compiles them side by side): the per-row statistics kernel, the
-// TMA descriptors over the packed q, k, v and dout, the launch of
-// flash_backward_sm90_kernel.cuh's kernel, and the conversion of its dQ sums
-// to dq. Compiled for sm_90a alone (wgmma, TMA, bulk copies and setmaxnreg
+// so nvcc compiles them side by side): the per-row statistics
+// (flash_backward_sm90_rows.cuh), the TMA descriptors over the packed q, k, v
+// and dout, the launch of flash_backward_sm90_kernel.cuh's kernel, and the
+// conversion of its dQ sums to dq (flash_backward_sm90_rows.cuh). Compiled for sm_90a alone (wgmma, TMA, bulk copies and setmaxnreg
 // need it). Its kernels and launch sit in an unnamed namespace: each unit
 // keeps its own.
 //
@@ -22,6 +22,7 @@
 #include "bumblebee/core/error.h"
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_configs.h"
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_kernel.cuh"
+#include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_rows.cuh"
 
 namespace bb::cuda {
 namespace {
@@ -29,113 +30,28 @@ namespace {
 namespace fs = flash_sm90;
 using cute::_1;
 
-// The last sequence s in [0, num_seqs) with start(s) <= value, for a start
-// nondecreasing in s (a token's sequence; a padded row's).
-template <class Start>
-__device__ __forceinline__ int last_seq_from(int num_seqs, int64_t value, Start start) {
-  int lo = 0, hi = num_seqs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (start(mid) <= value) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
-// The token of padded row `row` (traits' padded_row_start), or -1 for a
-// padding row.
-template <int kBlockM>
-__device__ __forceinline__ int64_t padded_row_token(const int* cu_seqlens, int num_seqs, int64_t row) {
-  const int seq =
-      last_seq_from(num_seqs, row, [&](int s) { return fs::padded_row_start<kBlockM>(cu_seqlens, s); });
-  const int64_t offset = row - fs::padded_row_start<kBlockM>(cu_seqlens, seq);
-  return offset < cu_seqlens[seq + 1] - cu_seqlens[seq] ? cu_seqlens[seq] + offset : -1;
-}
-
-// Per padded query row and head, in [heads, rows_padded] so a step's 64 rows
-// of one head are one aligned bulk copy: dsum = rowsum(dout * out), the
-// softmax backward's correction term, and lse in log2 units with the -inf of
-// rows that saw no key turned to +inf (exp2(s - lse) is then 0 for every key,
-// where -inf would give NaN for masked scores). Padding rows get +inf and 0.
-// One warp per row.
-template <int kBlockM>
-__global__ void row_stats_kernel(const __nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ dout,
-                                 const float* __restrict__ lse, const int* __restrict__ cu_seqlens, int num_seqs,
-                                 int64_t rows_padded, int heads, int head_dim, float* __restrict__ lse_log2,
-                                 float* __restrict__ dsum) {
-  const int lane = int(threadIdx.x) & 31;
-  const int64_t index = int64_t(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);  // head * rows_padded + row
-  if (index >= rows_padded * heads) return;
-  const int64_t head = index / rows_padded, row = index % rows_padded;
-  const int64_t token = padded_row_token<kBlockM>(cu_seqlens, num_seqs, row);
-  if (token < 0) {
-    if (lane == 0) {
-      dsum[index] = 0.f;
-      lse_log2[index] = INFINITY;
-    }
-    return;
-  }
-  const int64_t src = token * heads + head;
-  const auto* o = reinterpret_cast<const __nv_bfloat162*>(out + src * head_dim);
-  const auto* d = reinterpret_cast<const __nv_bfloat162*>(dout + src * head_dim);
-  float acc = 0.f;
-  for (int c = lane; c < head_dim / 2; c += 32) {
-    const float2 a = __bfloat1622float2(o[c]), b = __bfloat1622float2(d[c]);
-    acc += a.x * b.x + a.y * b.y;
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-  if (lane == 0) {
-    const float l = lse[src];
-    dsum[index] = acc;
-    lse_log2[index] = l == -INFINITY ? INFINITY : l * kLog2e;
-  }
-}
-
-// dq = dq_accum * scale in bf16: one thread per column pair of one token and
-// head, reading the pair from its consumer's tile (dq_tile_offset). Tokens
-// past the last sequence get 0, as on the FlashAttention-2 path.
-template <class T>
-__global__ void dq_convert_kernel(const float* __restrict__ dq_accum, const int* __restrict__ cu_seqlens,
-                                  int num_seqs, int64_t tokens, int heads, int64_t rows_padded, float scale,
-                                  __nv_bfloat16* __restrict__ dq) {
-  constexpr int D = T::kHeadDimQk, kPairs = D / 2;
-  const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (token, head, pair)
-  if (index >= tokens * heads * kPairs) return;
-  const int col = int(index % kPairs) * 2;
-  const int64_t token = index / kPairs / heads;
-  const int head = int(index / kPairs % heads);
-  auto* out = reinterpret_cast<__nv_bfloat162*>(dq) + index;
-  if (token >= cu_seqlens[num_seqs]) {
-    *out = __floats2bfloat162_rn(0.f, 0.f);
-    return;
-  }
-  const int seq = last_seq_from(num_seqs, token, [&](int s) { return cu_seqlens[s]; });
-  const int64_t row = int64_t(head) * rows_padded + fs::padded_row_start<T::kBlockM>(cu_seqlens, seq) +
-                      (token - cu_seqlens[seq]);
-  const int consumer = col / T::kDqCols;
-  const float* tile = dq_accum + ((row / T::kBlockM) * T::kConsumers + consumer) * T::kDqTileFloats;
-  const float2 v =
-      *reinterpret_cast<const float2*>(tile + fs::dq_tile_offset(int(row % T::kBlockM), col % T::kDqCols));
-  *out = __floats2bfloat162_rn(v.x * scale, v.y * scale);
-}
-
 // dk (or dv) = the sum over the group's parts of dk_parts (dv_parts) in a
-// fixed order, as bf16: one thread per column pair of one key row and kv
+// fixed order, as bf16: one thread per four columns of one key row and kv
 // head, rows past the last sequence untouched, as the unsplit kernel leaves
 // them.
 __global__ void sum_group_parts_kernel(const float* __restrict__ parts_in, int parts,
-                                       const int* __restrict__ cu_seqlens_kv, int num_seqs, int64_t pairs_per_row,
-                                       int64_t part_pairs, __nv_bfloat16* __restrict__ out) {
-  const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (token, kv head, pair)
-  if (index >= part_pairs || index / pairs_per_row >= cu_seqlens_kv[num_seqs]) return;
-  float2 sum = make_float2(0.f, 0.f);
+                                       const int* __restrict__ cu_seqlens_kv, int num_seqs, int64_t quads_per_row,
+                                       int64_t part_quads, __nv_bfloat16* __restrict__ out) {
+  const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (token, kv head, quad)
+  if (index >= part_quads || index >= cu_seqlens_kv[num_seqs] * quads_per_row) return;
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int part = 0; part < parts; ++part) {
-    const float2 x = reinterpret_cast<const float2*>(parts_in)[part * part_pairs + index];
+    const float4 x = reinterpret_cast<const float4*>(parts_in)[part * part_quads + index];
     sum.x += x.x;
     sum.y += x.y;
+    sum.z += x.z;
+    sum.w += x.w;
   }
-  reinterpret_cast<__nv_bfloat162*>(out)[index] = __floats2bfloat162_rn(sum.x, sum.y);
+  uint2 packed;
+  auto* pairs = reinterpret_cast<__nv_bfloat162*>(&packed);
+  pairs[0] = __floats2bfloat162_rn(sum.x, sum.y);
+  pairs[1] = __floats2bfloat162_rn(sum.z, sum.w);
+  reinterpret_cast<uint2*>(out)[index] = packed;
 }
 
 template <class T>
@@ -160,12 +76,10 @@ void launch(const BackwardArgs& a) {
 
   Tensor lse_log2 = Tensor::empty({q.size(1), rows_padded}, DType::F32, q.device());
   Tensor dsum = Tensor::empty({q.size(1), rows_padded}, DType::F32, q.device());
-  const int64_t stat_rows = rows_padded * p.heads_q;
-  constexpr int kRowsPerBlock = 8;
-  row_stats_kernel<T::kBlockM><<<unsigned((stat_rows + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0,
-                                 stream>>>(
+  const int64_t tiles_per_head = rows_padded / T::kBlockM;
+  fs::row_stats_kernel<T::kBlockM, DV><<<unsigned(tiles_per_head * p.heads_q), fs::kRowKernelThreads, 0, stream>>>(
       static_cast<const __nv_bfloat16*>(out.raw()), static_cast<const __nv_bfloat16*>(dout.raw()),
-      static_cast<const float*>(lse.raw()), cu_seqlens_q, num_seqs, rows_padded, p.heads_q, DV,
+      static_cast<const float*>(lse.raw()), cu_seqlens_q, num_seqs, tiles_per_head, p.heads_q,
       static_cast<float*>(lse_log2.raw()), static_cast<float*>(dsum.raw()));
   CUDA_CHECK_LAUNCH("flash_sm90_backward (row stats)");
   Tensor dq_accum = Tensor::empty({q.size(1), rows_padded, DQK}, DType::F32, q.device());
@@ -225,10 +139,10 @@ void launch(const BackwardArgs& a) {
   }
   if (p.group_parts > 1) {
     const auto sum_parts = [&](const float* parts, int dim, Tensor& grad) {
-      const int64_t part_pairs = grad.numel() / 2;
+      const int64_t part_quads = grad.numel() / 4;
       constexpr int kSumThreads = 256;
-      sum_group_parts_kernel<<<unsigned((part_pairs + kSumThreads - 1) / kSumThreads), kSumThreads, 0, stream>>>(
-          parts, p.group_parts, p.cu_seqlens_kv, num_seqs, int64_t(p.heads_kv) * dim / 2, part_pairs,
+      sum_group_parts_kernel<<<unsigned((part_quads + kSumThreads - 1) / kSumThreads), kSumThreads, 0, stream>>>(
+          parts, p.group_parts, p.cu_seqlens_kv, num_seqs, int64_t(p.heads_kv) * dim / 4, part_quads,
           static_cast<__nv_bfloat16*>(grad.raw()));
       CUDA_CHECK_LAUNCH("flash_sm90_backward (group parts)");
     };
@@ -236,10 +150,8 @@ void launch(const BackwardArgs& a) {
     sum_parts(p.dv_parts, DV, dv);
   }
 
-  const int64_t pairs = dq.numel() / 2;
-  constexpr int kConvertThreads = 256;
-  dq_convert_kernel<T><<<unsigned((pairs + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(
-      static_cast<const float*>(dq_accum.raw()), cu_seqlens_q, num_seqs, q.size(0), p.heads_q, rows_padded,
+  fs::dq_convert_kernel<T><<<unsigned(tiles_per_head * p.heads_q * T::kConsumers), fs::kRowKernelThreads, 0, stream>>>(
+      static_cast<const float*>(dq_accum.raw()), cu_seqlens_q, num_seqs, q.size(0), p.heads_q, tiles_per_head,
       float(scale), static_cast<__nv_bfloat16*>(dq.raw()));
   CUDA_CHECK_LAUNCH("flash_sm90_backward (dq)");
 }
