@@ -18,113 +18,29 @@
 // (ColumnMajor, W [n, k]); InputGrad B N-major (RowMajor, W [k, n]);
 // WeightGrad A M-major (ColumnMajor, dy [k, m]) and B N-major (x [k, n]).
 //
-// Per-call arguments (problem shapes, A/B/C/D pointers and strides) are packed
-// into one pinned host block and copied to stream-ordered device scratch with
-// one cudaMemcpyAsync. The pinned blocks form a ring per device; a block is
-// reused only after the event recorded behind its last copy has completed, so
-// the host never overwrites a block the GPU has yet to read.
+// This unit chooses the kernel; grouped_gemm_sm90_fprop.cu, _dgrad.cu and
+// _wgrad.cu instantiate them (grouped_gemm_sm90_run.cuh launches one, through
+// the pinned argument rings of grouped_gemm_sm90_staging.h, defined here).
 #include "bumblebee/ops/cuda/cutlass/grouped_gemm_sm90.h"
 
-#include <cuda_runtime.h>
+#include <cstdint>
+#include <vector>
 
-#include <algorithm>
-
-#include <array>
-#include <mutex>
-
-#include "bumblebee/core/cuda/cuda_context.h"
-#include "bumblebee/core/error.h"
-#include "bumblebee/core/tensor.h"
-#include "bumblebee/ops/cuda/cutlass/grouped_gemm_kernel.cuh"
+#include "bumblebee/ops/cuda/cutlass/grouped_gemm_sm90_roles.h"
+#include "bumblebee/ops/cuda/cutlass/grouped_gemm_sm90_staging.h"
 
 namespace bb::cuda {
-namespace {
 
-using namespace expert_gemm;
-
-// A pinned host block per slot of a ring, with the event behind its last copy.
-struct StagingSlot {
-  void* host = nullptr;
-  size_t capacity = 0;
-  cudaEvent_t copied = nullptr;
-};
-
-constexpr int kMaxDevices = 64;
-constexpr int kStagingSlots = 32;
-
-struct Staging {
-  std::mutex mutex;
-  std::array<std::array<StagingSlot, kStagingSlots>, kMaxDevices> slots;
-  std::array<int, kMaxDevices> next{};
-  std::array<int, kMaxDevices> sm_count{};
-};
+namespace expert_gemm {
 
 Staging& staging() {
   static Staging s;
   return s;
 }
 
-template <typename K>
-void run(const std::vector<ExpertGemmGroup>& groups, float alpha, float beta) {
-  using Gemm = typename K::Gemm;
-  const int count = int(groups.size());
-  const ArgBlock<Gemm> block(count);
-  const size_t bytes = block.bytes;
+}  // namespace expert_gemm
 
-  const int device = current_device();
-  BB_CHECK(device >= 0 && device < kMaxDevices, "grouped_gemm (CUTLASS): CUDA device ", device, " is beyond the ",
-           kMaxDevices, " devices it keeps staging buffers for");
-  cudaStream_t stream = current_stream();
-  Tensor scratch = Tensor::empty({int64_t(bytes / 8)}, DType::I64, Device::cuda(device));
-  auto* base = static_cast<char*>(scratch.raw());
-  std::vector<Shape3> host_shapes(groups.size());
-  int sm_count = 0;
-  {
-    Staging& s = staging();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.sm_count[size_t(device)] == 0)
-      CUDA_CHECK(cudaDeviceGetAttribute(&s.sm_count[size_t(device)], cudaDevAttrMultiProcessorCount, device));
-    sm_count = s.sm_count[size_t(device)];
-    StagingSlot& slot = s.slots[size_t(device)][size_t(s.next[size_t(device)])];
-    s.next[size_t(device)] = (s.next[size_t(device)] + 1) % kStagingSlots;
-    if (slot.copied) CUDA_CHECK(cudaEventSynchronize(slot.copied));
-    else CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
-    if (slot.capacity < bytes) {
-      if (slot.host) CUDA_CHECK(cudaFreeHost(slot.host));
-      CUDA_CHECK(cudaMallocHost(&slot.host, bytes));
-      slot.capacity = bytes;
-    }
-    auto* h = static_cast<char*>(slot.host);
-    block.fill(h, groups.data(), count, host_shapes.data());
-    CUDA_CHECK(cudaMemcpyAsync(base, h, bytes, cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaEventRecord(slot.copied, stream));
-  }
-
-  cutlass::KernelHardwareInfo hw;
-  hw.device_id = device;
-  hw.sm_count = sm_count;
-  typename Gemm::Arguments args = block.arguments(base, count, host_shapes.data(), alpha, beta, hw);
-  // The scheduler's raster order: CUTLASS's heuristic rather than its default
-  // AlongM, 5 % faster over a Qwen3-30B-A3B layer's six expert GEMMs and 13 %
-  // over DeepSeek-V3's (benchmarks/grouped_gemm_tiles.cu, RESULTS.md).
-  args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::Heuristic;
-
-  Gemm gemm;
-  const cutlass::Status can = gemm.can_implement(args);
-  BB_CHECK(can == cutlass::Status::kSuccess, "grouped_gemm (CUTLASS): the kernel cannot take these ", count,
-           " groups: ", cutlassGetStatusString(can));
-  const size_t workspace_bytes = Gemm::get_workspace_size(args);
-  Tensor workspace = Tensor::empty({int64_t(std::max<size_t>(workspace_bytes, 1))}, DType::U8, Device::cuda(device));
-  cutlass::Status st = gemm.initialize(args, workspace.raw(), stream);
-  BB_CHECK(st == cutlass::Status::kSuccess, "grouped_gemm (CUTLASS): initialize failed: ",
-           cutlassGetStatusString(st));
-  st = gemm.run(stream);
-  BB_CHECK(st == cutlass::Status::kSuccess, "grouped_gemm (CUTLASS): launch failed: ", cutlassGetStatusString(st));
-  CUDA_CHECK(cudaGetLastError());
-}
-
-using Library = Kinds<LibraryConfig>;
-using SmallExperts = Kinds<SmallExpertConfig>;
+namespace {
 
 // Between the two measured shapes (~512 and ~2,048 rows an expert).
 constexpr int64_t kSmallExpertRows = 1024;
@@ -148,14 +64,11 @@ void cutlass_grouped_gemm(ExpertGemm kind, DType d, const std::vector<ExpertGemm
   if (groups.empty()) return;
   switch (kind) {
     case ExpertGemm::Forward:
-      if (small_experts(groups)) return run<SmallExperts::Forward>(groups, alpha, beta);
-      return run<Library::Forward>(groups, alpha, beta);
+      return expert_gemm::run_fprop(groups, small_experts(groups), alpha, beta);
     case ExpertGemm::InputGrad:
-      if (small_experts(groups)) return run<SmallExperts::InputGrad>(groups, alpha, beta);
-      return run<Library::InputGrad>(groups, alpha, beta);
+      return expert_gemm::run_dgrad(groups, small_experts(groups), alpha, beta);
     case ExpertGemm::WeightGrad:
-      if (d == DType::F32) return run<Library::WeightGrad>(groups, alpha, beta);
-      return run<Library::WeightGradBf16>(groups, alpha, beta);
+      return expert_gemm::run_wgrad(groups, d, alpha, beta);
   }
 }
 
