@@ -47,11 +47,7 @@ __global__ void sum_group_parts_kernel(const float* __restrict__ parts_in, int p
     sum.z += x.z;
     sum.w += x.w;
   }
-  uint2 packed;
-  auto* pairs = reinterpret_cast<__nv_bfloat162*>(&packed);
-  pairs[0] = __floats2bfloat162_rn(sum.x, sum.y);
-  pairs[1] = __floats2bfloat162_rn(sum.z, sum.w);
-  reinterpret_cast<uint2*>(out)[index] = packed;
+  reinterpret_cast<uint2*>(out)[index] = make_uint2(fs::bf16x2_bits(sum.x, sum.y), fs::bf16x2_bits(sum.z, sum.w));
 }
 
 template <class T>
