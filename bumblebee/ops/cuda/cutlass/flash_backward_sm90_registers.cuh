@@ -77,7 +77,7 @@ __device__ __forceinline__ void store_packed(const Packed& x, const Coords& coor
 // shared-memory tile in register order: register group j (registers
 // 4j .. 4j + 3) of warpgroup thread t at floats 4 (128 j + t), so each warp
 // stores 512 contiguous bytes per group. dq_accum keeps this order; the
-// conversion finds an element through dq_tile_offset.
+// conversion places each group by dq_tile_group.
 template <class Acc>
 __device__ __forceinline__ void store_dq_tile(const Acc& dq, float* tile, int wg_thread) {
   auto* dst = reinterpret_cast<float4*>(tile) + wg_thread;
@@ -86,14 +86,17 @@ __device__ __forceinline__ void store_dq_tile(const Acc& dq, float* tile, int wg
     dst[j * 128] = make_float4(dq(4 * j), dq(4 * j + 1), dq(4 * j + 2), dq(4 * j + 3));
 }
 
-// Where store_dq_tile put the element at (row, col) of a 64-row tile: warp w
-// of the warpgroup holds rows 16w .. 16w + 15; lane l holds rows
-// 16w + l / 4 (registers 4c, 4c + 1) and 16w + l / 4 + 8 (4c + 2, 4c + 3) at
-// columns 8c + 2 (l % 4) + {0, 1}.
-__device__ __forceinline__ int dq_tile_offset(int row, int col) {
-  const int thread = 32 * (row / 16) + 4 * (row % 8) + (col % 8) / 2;
-  const int reg = 4 * (col / 8) + 2 * ((row % 16) / 8) + col % 2;
-  return 4 * (128 * (reg / 4) + thread) + reg % 4;
+// Where store_dq_tile's float4 number `e` (group e / 128 of warpgroup thread
+// e % 128) lies in the 64-row tile: warp w of the warpgroup holds rows
+// 16w .. 16w + 15, and lane l of it, in group j, the column pair
+// 8j + 2 (l % 4) + {0, 1} of row 16w + l / 4 (the float4's x, y) and of the
+// row 8 below (z, w).
+struct DqTileGroup {
+  int row, col;  // of x; z is at (row + 8, col)
+};
+__device__ __forceinline__ DqTileGroup dq_tile_group(int e) {
+  const int thread = e % 128, lane = thread % 32;
+  return {16 * (thread / 32) + lane / 4, 8 * (e / 128) + 2 * (lane % 4)};
 }
 
 // Two floats rounded to a bf16 pair, as the 32-bit word of a vector store.

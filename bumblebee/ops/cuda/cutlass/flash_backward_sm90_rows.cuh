@@ -96,10 +96,10 @@ __global__ void __launch_bounds__(kRowKernelThreads)
 }
 
 // dq = dq_accum * scale in bf16. One block a (head, query tile, consumer):
-// the consumer's tile (kBlockM x kDqCols fp32, in its registers' order,
-// store_dq_tile) is read in that order, a float4 a thread at a time, into
-// shared memory by (row, column), then written out a row's 8 columns (16
-// bytes) a thread. Rows 8 floats longer than the tile's keep both steps free
+// the consumer's tile (kBlockM x kDqCols fp32 in its registers' order:
+// store_dq_tile, dq_tile_group) is read in that order, a float4 a thread at
+// a time, into shared memory by (row, column), then written out a row's 8
+// columns (16 bytes) a thread. Rows 8 floats longer than the tile's keep both steps free
 // of bank conflicts. Blocks also zero, grid-strided, the dq of tokens past the
 // last sequence, as the FlashAttention-2 path leaves them.
 template <class T>
@@ -117,14 +117,11 @@ __global__ void __launch_bounds__(kRowKernelThreads)
   if (t.rows > 0) {
     const auto* src = reinterpret_cast<const float4*>(dq_accum + head_tile * (T::kConsumers * T::kDqTileFloats) +
                                                       consumer * T::kDqTileFloats);
-    // float4 e holds registers 4j .. 4j + 3 of warpgroup thread e % 128, j = e / 128: rows r and r + 8 of
-    // the two columns 8j + 2 (lane % 4) (dq_tile_offset).
     for (int e = int(threadIdx.x); e < T::kDqTileFloats / 4; e += kRowKernelThreads) {
       const float4 v = src[e];
-      const int thread = e % 128, j = e / 128;
-      const int r = 16 * (thread / 32) + (thread % 32) / 4, c = 8 * j + 2 * (thread % 4);
-      *reinterpret_cast<float2*>(&rows[r * kRow + c]) = make_float2(v.x, v.y);
-      *reinterpret_cast<float2*>(&rows[(r + 8) * kRow + c]) = make_float2(v.z, v.w);
+      const DqTileGroup g = dq_tile_group(e);
+      *reinterpret_cast<float2*>(&rows[g.row * kRow + g.col]) = make_float2(v.x, v.y);
+      *reinterpret_cast<float2*>(&rows[(g.row + 8) * kRow + g.col]) = make_float2(v.z, v.w);
     }
     __syncthreads();
     for (int q = int(threadIdx.x); q < t.rows * kChunks; q += kRowKernelThreads) {

@@ -33,7 +33,7 @@ struct BackwardTiles {
   static constexpr int kThreads = kMmaThreads + 128;
   static constexpr int kDqCols = D / kConsumers;  // dQ columns per consumer
   // One consumer's dQ tile, fp32, in the order of its accumulator registers
-  // (dq_tile_offset): what it adds to dq_accum each step.
+  // (store_dq_tile): what it adds to dq_accum each step.
   static constexpr int kDqTileFloats = kBlockM * kDqCols;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // as the forward: 64,512 registers
 
