@@ -67,6 +67,10 @@
 #   resume    training resumed from a checkpoint on the GPU at the same layout (RESUME_MODELS: fixtures qwen3_gqa,
 #             qwen3_moe_fused and the 100M parity model):
 #             6 steps straight (twice) against 3 steps, a save, and a fresh process resuming; losses compared bitwise
+#   variants  kernel variants in one call: VARIANTS="NAME:PATCH[,PATCH...] ..." (patch files in the tree, e.g.
+#             made by `git diff main...BRANCH > .h200/b.patch`); for each, its patches applied, bb_cuda_ops rebuilt
+#             in the same build directory, the harness (HARNESS_FILTER) and perf lines (PERF_FILTER) run, and the
+#             patches taken out again; logs per variant (build_NAME.log, harness_NAME.log, perf_NAME.log)
 #   gpu_unit  the CPU test binary's cases that need a GPU (NCCL on one GPU, CUDA dispatch), which skip in CI
 #   sanitizer compute-sanitizer memcheck (both attention backends) and racecheck (our kernels) on a
 #             5-step bf16 training run of a tiny fixture
@@ -180,6 +184,35 @@ variant_suffix() { [ "$1" = base ] || echo "_$1"; }
 for stage in $stages; do
   echo "== $stage"
   case $stage in
+    variants)
+      for variant in ${VARIANTS:-}; do
+        name=${variant%%:*}
+        IFS=, read -ra patches <<< "${variant#*:}"
+        echo "-- variant $name"
+        applied=()
+        for patch_file in "${patches[@]}"; do
+          if patch -p1 -s --dry-run < "$patch_file" > /dev/null 2>&1 && patch -p1 -s --no-backup-if-mismatch < "$patch_file"; then
+            applied+=("$patch_file")
+          else
+            echo "variant $name: $patch_file does not apply"
+            break
+          fi
+        done
+        if [ ${#applied[@]} = ${#patches[@]} ]; then
+          t0=$(date +%s)
+          if ninja -C "$build" bb_cuda_ops > "$LOGS/build_$name.log" 2>&1; then
+            echo "build: $(( $(date +%s) - t0 )) s"
+            timeout 240 $bin/bb_cuda_ops ${HARNESS_FILTER:+--filter $HARNESS_FILTER} > "$LOGS/harness_$name.log" 2>&1
+            echo "harness exit $?"
+            grep -E "FAIL|passed" "$LOGS/harness_$name.log" | tail -20
+            timeout 200 $bin/bb_cuda_ops --perf ${PERF_FILTER:+--filter $PERF_FILTER} 2>&1 |
+              tee "$LOGS/perf_$name.log" | grep -v "^$"
+          else
+            grep -E "error" -A3 "$LOGS/build_$name.log" | head -40
+          fi
+        fi
+        for ((i = ${#applied[@]} - 1; i >= 0; i--)); do patch -p1 -R -s --no-backup-if-mismatch < "${applied[i]}"; done
+      done ;;
     harness)
       timeout 240 $bin/bb_cuda_ops ${HARNESS_FILTER:+--filter $HARNESS_FILTER} > "$LOGS/harness.log" 2>&1; echo "exit $?"
       grep -E "FAIL|passed" "$LOGS/harness.log" | tail -40 ;;
