@@ -4,9 +4,9 @@
 // so nvcc compiles them side by side): the per-row statistics
 // (flash_backward_sm90_rows.cuh), the TMA descriptors over the packed q, k, v
 // and dout, the launch of flash_backward_sm90_kernel.cuh's kernel, and the
-// conversion of its dQ sums to dq (flash_backward_sm90_rows.cuh). Compiled for sm_90a alone (wgmma, TMA, bulk copies and setmaxnreg
-// need it). Its kernels and launch sit in an unnamed namespace: each unit
-// keeps its own.
+// conversion of its dQ sums to dq (flash_backward_sm90_rows.cuh). Compiled
+// for sm_90a alone (wgmma, TMA, bulk copies and setmaxnreg need it). Its
+// kernels and launch sit in an unnamed namespace: each unit keeps its own.
 //
 // One block per kBlockN keys (128; 96 at (192, 128)) of one kv head of one
 // sequence, Hkv x S x ceil(max_seqlen_kv / kBlockN) in the order of
@@ -47,7 +47,7 @@ __global__ void sum_group_parts_kernel(const float* __restrict__ parts_in, int p
     sum.z += x.z;
     sum.w += x.w;
   }
-  reinterpret_cast<uint2*>(out)[index] = make_uint2(fs::bf16x2_bits(sum.x, sum.y), fs::bf16x2_bits(sum.z, sum.w));
+  reinterpret_cast<uint2*>(out)[index] = make_uint2(flash::pack_bf16(sum.x, sum.y), flash::pack_bf16(sum.z, sum.w));
 }
 
 template <class T>

@@ -99,12 +99,6 @@ __device__ __forceinline__ DqTileGroup dq_tile_group(int e) {
   return {16 * (thread / 32) + lane / 4, 8 * (e / 128) + 2 * (lane % 4)};
 }
 
-// Two floats rounded to a bf16 pair, as the 32-bit word of a vector store.
-__device__ __forceinline__ uint32_t bf16x2_bits(float a, float b) {
-  const __nv_bfloat162_raw pair = __floats2bfloat162_rn(a, b);
-  return uint32_t(pair.x) | uint32_t(pair.y) << 16;
-}
-
 // A column pair as bf16 (dK, dV) or fp32 (a group part's dK, dV).
 __device__ __forceinline__ void store_pair(cutlass::bfloat16_t* dst, float a, float b) {
   *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);

@@ -13,6 +13,7 @@
 
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_registers.cuh"
 #include "bumblebee/ops/cuda/cutlass/flash_backward_sm90_traits.cuh"
+#include "bumblebee/ops/cuda/flash_common.cuh"
 
 // The kernels sit in an unnamed namespace, as the launch's: each translation
 // unit that includes this keeps its own.
@@ -130,8 +131,8 @@ __global__ void __launch_bounds__(kRowKernelThreads)
       const float4 b = *reinterpret_cast<const float4*>(&rows[r * kRow + c + 4]);
       // __stwb: one 16-byte store (a plain uint4 assignment here compiles to four 4-byte ones).
       __stwb(reinterpret_cast<uint4*>(dq + ((t.first + r) * heads + head) * D + consumer * C + c),
-             make_uint4(bf16x2_bits(a.x * scale, a.y * scale), bf16x2_bits(a.z * scale, a.w * scale),
-                        bf16x2_bits(b.x * scale, b.y * scale), bf16x2_bits(b.z * scale, b.w * scale)));
+             make_uint4(flash::pack_bf16(a.x * scale, a.y * scale), flash::pack_bf16(a.z * scale, a.w * scale),
+                        flash::pack_bf16(b.x * scale, b.y * scale), flash::pack_bf16(b.z * scale, b.w * scale)));
     }
   }
   const int64_t tail = int64_t(cu_seqlens[num_seqs]) * heads * D, end = tokens * heads * D;
