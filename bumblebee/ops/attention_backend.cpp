@@ -30,4 +30,12 @@ void set_attention_backend(const std::string& name) { g_backend = attention_back
 
 AttentionBackend attention_backend() { return g_backend; }
 
+AttentionBackend auto_attention_backend(const AttentionCall& call) {
+  if (!call.cudnn_built) return AttentionBackend::Flash;
+  if (!call.hopper_kernel) return AttentionBackend::Cudnn;
+  if (!call.backward) return AttentionBackend::Flash;
+  const bool ours_faster = call.head_dim_qk == call.head_dim_v;
+  return ours_faster && !call.deterministic ? AttentionBackend::Flash : AttentionBackend::Cudnn;
+}
+
 }  // namespace bb::ops

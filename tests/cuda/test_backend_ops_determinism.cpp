@@ -12,7 +12,8 @@
 //                       always fixed-order (q/k norm with RoPE: dw over many
 //                       blocks; head dims 64, 128, 256)
 //   embedding_backward  under backend.deterministic (ids repeated hundreds of times)
-//   attention_backward  cuDNN under backend.deterministic; flash refuses the mode
+//   attention_backward  cuDNN (and auto, which takes it) under backend.deterministic;
+//                       flash refuses the mode
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -184,15 +185,16 @@ void embedding_cases(std::vector<Case>& cases) {
   }
 }
 
-// Under BB_ATTENTION_BACKEND=cudnn and deterministic mode: the CPU
-// comparison and two runs' bitwise agreement of dq, dk and dv.
-void add_cudnn_case(std::vector<Case>& cases, const AttentionShape& a) {
+// Under BB_ATTENTION_BACKEND=`backend` (cudnn, or auto, which must take
+// cuDNN's backward here) and deterministic mode: the CPU comparison and two
+// runs' bitwise agreement of dq, dk and dv.
+void add_deterministic_case(std::vector<Case>& cases, const std::string& backend, const AttentionShape& a) {
   const std::vector<double> cu = a.cu_seqlens();
   const int64_t max_seqlen = a.max_seqlen(), tokens = a.tokens();
   const double scale = a.scale();
   const Shape q_shape{tokens, a.heads_q, a.head_dim}, kv_shape{tokens, a.heads_kv, a.head_dim};
-  cases.push_back({"attention_backward[cudnn deterministic]", attention_shape(a), [=](Generator& gen) {
-                     EnvOverride env("BB_ATTENTION_BACKEND", "cudnn");
+  cases.push_back({"attention_backward[" + backend + " deterministic]", attention_shape(a), [=](Generator& gen) {
+                     EnvOverride env("BB_ATTENTION_BACKEND", backend);
                      DeterministicMode mode(true);
                      Pair q = random_pair(gen, q_shape, DType::BF16), k = random_pair(gen, kv_shape, DType::BF16),
                           v = random_pair(gen, kv_shape, DType::BF16), dout = random_pair(gen, q_shape, DType::BF16);
@@ -249,7 +251,7 @@ void determinism_cases(std::vector<Case>& cases) {
   if (cuda::cudnn_attention_built())
     for (const AttentionShape& a : {AttentionShape{{1024}, 4, 4, 64}, AttentionShape{{512, 300, 37}, 8, 2, 128},
                                     AttentionShape{{256, 256}, 8, 2, 128}})
-      add_cudnn_case(cases, a);
+      for (const char* backend : {"cudnn", "auto"}) add_deterministic_case(cases, backend, a);
   add_flash_refusal_case(cases);
 }
 

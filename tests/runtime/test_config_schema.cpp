@@ -313,7 +313,9 @@ TEST(ConfigSchema, DocsTableMatchesTheSchema) {
   for (const ConfigKey& k : schema.keys()) {
     std::string def = k.default_value.is_string() ? k.default_value.get<std::string>() : k.default_value.dump();
     if (def.empty()) def = "\"\"";
-    const std::string row = "| `" + k.name + "` | " + config_type_name(k.type) + " | `" + def + "` | ";
+    std::string doc;  // markdown escapes the table's column separator
+    for (char c : k.doc) doc += c == '|' ? std::string("\\|") : std::string(1, c);
+    const std::string row = "| `" + k.name + "` | " + config_type_name(k.type) + " | `" + def + "` | " + doc;
     EXPECT_NE(docs.find(row), std::string::npos) << "docs/runtime.md lacks the row " << row;
   }
 }

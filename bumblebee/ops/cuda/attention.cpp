@@ -19,15 +19,18 @@
 //
 // backend.attention_backend (ops/attention_backend.h), or the environment
 // variable BB_ATTENTION_BACKEND over it, picks cudnn (cuDNN's fused attention
-// through cudnn-frontend; auto's choice in builds that found it) or flash
-// (our own kernels; auto's choice when the build has no cuDNN). On an H200
-// our sm_90a kernels lead cuDNN's at 16 / 8 heads of 128 (forward 540-584
-// against 427-580 TFLOP/s, backward 444-473 against 367-458, 1-4 sequences
-// of 4096) and trail its backward at 32 / 4 (445 against 453) and at
-// 192 / 128 (320-373 against 324-379 at 16 heads, 371 against 438 at
-// DeepSeek-V3's 128), so auto stays with cuDNN;
-// the dense benches train as fast on either (benchmarks/RESULTS.md). The
-// variable is read at every call, so one process can compare both. Flash
+// through cudnn-frontend), flash (our own kernels) or auto, which decides per
+// call (ops::auto_attention_backend): on an H200 our sm_90a kernels lead
+// cuDNN's in every forward (hd 128 at 16 / 8 heads 555-589 against 522-569
+// TFLOP/s, hd 64 417 against 412, 192 / 128 590-648 against 479-599) and in
+// the backward at hd 64 and 128 (hd 128 1-4 sequences of 4096 at 16 / 8
+// heads 473-479 against 370-462, 8:1 475 against 466, hd 64 366 against
+// 340), and trail its backward at 192 / 128 (332-404 against 346-428), so
+// auto takes ours for those and cuDNN's for the (192, 128) backward; in the
+// dense benches ours train 0.2-1.1 % faster end to end (benchmarks/RESULTS.md,
+// eighteenth session). Without our sm_90a kernels (another GPU,
+// BB_FLASH_SM90=0) auto takes cuDNN, and a build without cuDNN takes flash.
+// The variable is read at every call, so one process can compare both. Flash
 // itself has two kernels a direction: on compute capability 9.0 in builds
 // with CUTLASS, the FlashAttention-3-style sm_90a kernels run the forward of
 // head dims (64, 64), (128, 128) and (192, 128) (cutlass/flash_forward_sm90.h)
@@ -67,13 +70,24 @@ namespace {
 
 using ops::AttentionBackend;
 
-// The backend of one call: BB_ATTENTION_BACKEND when set, else the runtime's
-// backend.attention_backend (ops::set_attention_backend); auto picks cuDNN when built.
-AttentionBackend selected_backend() {
+enum class Direction { Forward, Backward };
+
+// The backend of one call in `direction`: BB_ATTENTION_BACKEND when set, else
+// the runtime's backend.attention_backend (ops::set_attention_backend), auto
+// resolved for this call's head dims.
+AttentionBackend selected_backend(Direction direction, int64_t head_dim_qk, int64_t head_dim_v) {
   const char* env = std::getenv("BB_ATTENTION_BACKEND");
   const AttentionBackend chosen = env && *env ? ops::attention_backend_from_name(env) : ops::attention_backend();
   if (chosen != AttentionBackend::Auto) return chosen;
-  return cudnn_attention_built() ? AttentionBackend::Cudnn : AttentionBackend::Flash;
+  ops::AttentionCall call;
+  call.backward = direction == Direction::Backward;
+  call.head_dim_qk = head_dim_qk;
+  call.head_dim_v = head_dim_v;
+  call.hopper_kernel = call.backward ? flash_backward_on_sm90(head_dim_qk, head_dim_v)
+                                     : flash_forward_on_sm90(head_dim_qk, head_dim_v);
+  call.deterministic = ops::deterministic();
+  call.cudnn_built = cudnn_attention_built();
+  return ops::auto_attention_backend(call);
 }
 
 bool aligned16(const Tensor& t) { return (reinterpret_cast<uintptr_t>(t.raw()) & 15u) == 0; }
@@ -90,12 +104,15 @@ bool flash_takes(int64_t head_dim_qk, int64_t head_dim_v) {
 
 enum class Implementation { Cudnn, Flash, Small };
 
-// The implementation of one call for q [.., Dqk] and v [.., Dv] and its tensors.
-Implementation implementation_for(const Tensor& q, const Tensor& v, std::initializer_list<const Tensor*> tensors) {
+// The implementation of one call in `direction` for q [.., Dqk] and v [.., Dv]
+// and its tensors.
+Implementation implementation_for(Direction direction, const Tensor& q, const Tensor& v,
+                                  std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors)
     if (!aligned16(*t)) return Implementation::Small;
   const int64_t dqk = q.size(2), dv = v.size(2);
-  if (selected_backend() == AttentionBackend::Cudnn && cudnn_takes(dqk, dv)) return Implementation::Cudnn;
+  if (selected_backend(direction, dqk, dv) == AttentionBackend::Cudnn && cudnn_takes(dqk, dv))
+    return Implementation::Cudnn;
   if (flash_takes(dqk, dv)) return Implementation::Flash;
   return Implementation::Small;
 }
@@ -212,7 +229,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const Shape out_shape{q.size(0), q.size(1), v.size(2)};
   check_activation(q, out, op, "out", out_shape);
   DeviceGuard guard(q.device().index);
-  switch (implementation_for(q, v, {&q, &k, &v, &out})) {
+  switch (implementation_for(Direction::Forward, q, v, {&q, &k, &v, &out})) {
     case Implementation::Cudnn: cudnn_attention_forward(q, k, v, spans, scale, out, lse); break;
     case Implementation::Flash: flash_attention_forward(q, k, v, spans, scale, out, lse); break;
     case Implementation::Small: small_head_attention_forward(q, k, v, spans, scale, out, lse); break;
@@ -231,7 +248,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   check_activation(q, dk, op, "dk", k.shape());
   check_activation(q, dv, op, "dv", v.shape());
   DeviceGuard guard(q.device().index);
-  const Implementation impl = implementation_for(q, v, {&dout, &q, &k, &v, &out, &dq, &dk, &dv});
+  const Implementation impl = implementation_for(Direction::Backward, q, v, {&dout, &q, &k, &v, &out, &dq, &dk, &dv});
   BB_CHECK(!(impl == Implementation::Flash && ops::deterministic()), op,
            ": backend.deterministic=true, but this backward (q/k head dim ", q.size(2), ", v ", v.size(2),
            ") would run on the flash kernel, whose dQ sums with atomics; use backend.attention_backend=cudnn "

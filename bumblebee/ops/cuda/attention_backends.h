@@ -31,9 +31,10 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& lse, const ops::AttentionSpans& spans, double scale,
                               Tensor& dq, Tensor& dk, Tensor& dv);
-// Whether flash_attention_backward runs these head dims on the current device
-// with the sm_90a kernel (cutlass/flash_backward_sm90.h) rather than the
-// FlashAttention-2 one.
+// Whether flash_attention_forward (backward) runs these head dims on the
+// current device with the sm_90a kernel (cutlass/flash_forward_sm90.h,
+// flash_backward_sm90.h) rather than the FlashAttention-2 one.
+bool flash_forward_on_sm90(int64_t head_dim_qk, int64_t head_dim_v);
 bool flash_backward_on_sm90(int64_t head_dim_qk, int64_t head_dim_v);
 
 // attention_cudnn.cpp. In builds without cudnn-frontend and libcudnn,

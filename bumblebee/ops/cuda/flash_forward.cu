@@ -255,12 +255,19 @@ bool sm90_kernels_selected() {
 
 }  // namespace flash
 
+bool flash_forward_on_sm90([[maybe_unused]] int64_t head_dim_qk, [[maybe_unused]] int64_t head_dim_v) {
+#ifdef BB_WITH_CUTLASS
+  return flash_sm90_forward_takes(head_dim_qk, head_dim_v) && flash::sm90_kernels_selected();
+#else
+  return false;
+#endif
+}
+
 void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionSpans& spans,
                              double scale, Tensor& out, Tensor& lse) {
 #ifdef BB_WITH_CUTLASS
   // TMA descriptors need every dimension non-empty.
-  if (q.size(0) > 0 && k.size(0) > 0 && flash_sm90_forward_takes(q.size(2), v.size(2)) &&
-      flash::sm90_kernels_selected()) {
+  if (q.size(0) > 0 && k.size(0) > 0 && flash_forward_on_sm90(q.size(2), v.size(2))) {
     flash_sm90_forward(q, k, v, spans, scale, out, lse);
     return;
   }
