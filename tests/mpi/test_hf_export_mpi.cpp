@@ -5,7 +5,6 @@
 // written without lm_head.weight, generation_config.json is carried over; the
 // fused-expert fixture's experts come back fused, as its source stores them.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -44,7 +43,7 @@ void round_trip(const std::string& fixture, const Layout& l) {
   if (fixture.rfind("qwen3_moe", 0) == 0) cfg.backend_cfg.model_overrides["output_router_logits"] = false;
   cfg.export_cfg.bucket_bytes = 4096;
   cfg.export_cfg.max_shard_bytes = 20000;
-  const std::string out = "/tmp/bb_hf_export_mpi_" + std::to_string(::getppid()) + "/" + fixture + "_" + l.name();
+  const std::string out = test::launch_scratch("bb_hf_export_mpi", fixture + "_" + l.name());
   SCOPED_TRACE(fixture + " at " + l.name());
   {
     auto rt = create_runtime(cfg);
@@ -65,7 +64,7 @@ void round_trip(const std::string& fixture, const Layout& l) {
     EXPECT_TRUE(fs::exists(out + "/config.json"));
     EXPECT_EQ(fs::exists(cfg.hf_path + "/generation_config.json"), fs::exists(out + "/generation_config.json"));
     EXPECT_TRUE(fs::exists(out + "/model.safetensors.index.json")) << "a 20 kB shard limit gives several shards";
-    fs::remove_all(out);
+    test::remove_launch_scratch(out);
   }
   world.barrier();
 }

@@ -7,7 +7,6 @@
 // printed and bounded: the save by one tensor plus the metadata (nothing is
 // gathered), the load by the rank's own shard plus one tensor.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -25,9 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string scratch(const std::string& name) {
-  return "/tmp/bb_sharded_ckpt_mpi_" + std::to_string(::getppid()) + "/" + name;
-}
+std::string scratch(const std::string& name) { return test::launch_scratch("bb_sharded_ckpt_mpi", name); }
 
 // The HF tensor a piece belongs to ("exp_avg/model.norm.weight" -> "model.norm.weight").
 std::string param_name(const std::string& key) { return key.substr(key.find('/') + 1); }
@@ -107,7 +104,7 @@ void check_layout(RuntimeConfig cfg, const std::string& name, const std::string&
   expect_own_pieces_only(h.state(), dir + "/state");
   if (world.rank() == 0) expect_even_files(dir + "/state", world.size(), split_marker, whole_files);
   world.barrier();
-  if (world.rank() == 0) fs::remove_all(dir);
+  if (world.rank() == 0) test::remove_launch_scratch(dir);
 }
 
 TEST(ShardedCheckpointMPI, PureTensorParallelRanksWriteOnlyTheirOwnShards) {
@@ -182,7 +179,7 @@ TEST(ShardedCheckpointMPI, PeakHostMemoryOfSaveAndLoadIsTheRanksOwnShardPlusOneT
   // Mapped file pages count in RSS: a load may touch every byte of its own shard once.
   EXPECT_LT(load_growth, own + largest + (16u << 20)) << "the load held more than its shard and one tensor";
   world.barrier();
-  if (world.rank() == 0) fs::remove_all(dir);
+  if (world.rank() == 0) test::remove_launch_scratch(dir);
 }
 
 }  // namespace

@@ -3,8 +3,6 @@
 // a parallel run's bb-correctness output and parameters with the single-rank run.
 #pragma once
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,16 +15,16 @@
 
 #include "bumblebee/core/rng.h"
 #include "bumblebee/primitive/ckpt/hf_checkpoint.h"
+#include "tests/tools/scratch_dir.h"
 
 namespace bb::test {
 
 inline double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
 
 // `rows` sequences of `len` ids below `vocab`, drawn from `seed`, in a
-// temporary file named after `name` and this process.
+// file named after `name` in the process's scratch directory.
 inline std::string random_tokens_file(const std::string& name, uint64_t seed, int rows, int len, int vocab) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".json")).string();
+  const std::string path = (process_scratch_dir() / (name + ".json")).string();
   Generator gen(seed);
   nlohmann::json j = nlohmann::json::array();
   for (int s = 0; s < rows; ++s) {

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -13,6 +12,8 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "tests/tools/scratch_dir.h"
 
 namespace bb::test {
 
@@ -60,9 +61,7 @@ inline std::string tool(const std::string& name) { return std::string(BB_BINARY_
 // ("mkdir ... File exists"), which ctest -j runs hit.
 inline std::string mpirun(int ranks) {
   static int launches = 0;
-  const std::string session = (std::filesystem::temp_directory_path() /
-                               ("bb_ompi_" + std::to_string(::getpid()) + "_" + std::to_string(launches++)))
-                                  .string();
+  const std::string session = (process_scratch_dir() / ("ompi_" + std::to_string(launches++))).string();
   std::filesystem::create_directories(session);
   return "mpirun --allow-run-as-root --oversubscribe --mca orte_tmpdir_base " + session + " -np " +
          std::to_string(ranks) + " ";
