@@ -331,7 +331,7 @@ PY
               bench.profile_steps=${BENCH_PROFILE:-0} $(variant_args $v) output_json="$LOGS/bench_$n.json" > "$LOGS/bench_$n.log" 2>&1
             echo "bench $n $(variant_args $v)"
             grep -E "^step" "$LOGS/bench_$n.log" | tail -2; grep -A25 "^profile over" "$LOGS/bench_$n.log"
-            grep -E "^memory" "$LOGS/bench_$n.log"; tail -1 "$LOGS/bench_$n.log"
+            grep -E "^memory|^gpu over" "$LOGS/bench_$n.log"; tail -1 "$LOGS/bench_$n.log"
             record_json "$LOGS/bench_$n.json" bb
           done
         done
@@ -345,7 +345,7 @@ PY
           $(variant_args $v) output_json="$LOGS/bench_$m.json" > "$LOGS/bench_$m.log" 2>&1
         echo "moe_bench $m $(variant_args $v)"
         grep -E "^step" "$LOGS/bench_$m.log" | tail -2; grep -A40 "^profile over" "$LOGS/bench_$m.log"
-        grep -E "^memory" "$LOGS/bench_$m.log"; tail -1 "$LOGS/bench_$m.log"
+        grep -E "^memory|^gpu over" "$LOGS/bench_$m.log"; tail -1 "$LOGS/bench_$m.log"
         record_json "$LOGS/bench_$m.json" bb
       done ;;
     peers)

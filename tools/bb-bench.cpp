@@ -25,6 +25,10 @@
 // back (Runtime::to), timing both directions and reading the driver's free
 // device memory (cudaMemGetInfo) before and after, and takes one more step:
 // the summary's "offload" object.
+//
+// On a GPU whose driver has NVML, the timed steps are also sampled for the SM
+// clock, board power and energy (core/gpu_power.h): one more printed line
+// and the summary's "gpu_power" object (rank 0's GPU).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bumblebee/core/device_memory.h"
+#include "bumblebee/core/gpu_power.h"
 #include "bumblebee/core/rng.h"
 #include "bumblebee/ops/op_profile.h"
 #include "bumblebee/runtime/config_schema.h"
@@ -53,6 +58,32 @@ constexpr double kPeakBf16Flops = 989e12;   // H100/H200 dense bf16
 bool has_weights(const std::string& dir) {
   return std::filesystem::exists(dir + "/model.safetensors") ||
          std::filesystem::exists(dir + "/model.safetensors.index.json");
+}
+
+// The timed steps' clock, power and energy on this rank's GPU; `tokens` are
+// the rank's tokens a step.
+nlohmann::json gpu_power_json(const GpuPowerReport& r, int64_t steps, double tokens) {
+  const double joules_per_step = r.energy_j / double(steps);
+  return {{"samples", r.samples},
+          {"mean_sm_clock_mhz", r.mean_sm_clock_mhz},
+          {"min_sm_clock_mhz", r.min_sm_clock_mhz},
+          {"max_sm_clock_mhz", r.max_sm_clock_mhz},
+          {"boost_sm_clock_mhz", r.boost_sm_clock_mhz},
+          {"mean_power_w", r.mean_power_w},
+          {"power_limit_w", r.power_limit_w},
+          {"power_capped_share", r.power_capped_share},
+          {"joules_per_step", joules_per_step},
+          {"tokens_per_joule", tokens / joules_per_step}};
+}
+
+void print_gpu_power(const nlohmann::json& p) {
+  std::printf("gpu over the timed steps: sm clock %.0f MHz (%.0f-%.0f, boost %.0f), power %.0f W of %.0f "
+              "(power-capped in %.0f%% of %d samples), %.1f J a step, %.1f tokens/J\n",
+              p["mean_sm_clock_mhz"].get<double>(), p["min_sm_clock_mhz"].get<double>(),
+              p["max_sm_clock_mhz"].get<double>(), p["boost_sm_clock_mhz"].get<double>(),
+              p["mean_power_w"].get<double>(), p["power_limit_w"].get<double>(),
+              100 * p["power_capped_share"].get<double>(), p["samples"].get<int>(),
+              p["joules_per_step"].get<double>(), p["tokens_per_joule"].get<double>());
 }
 
 // Runs `steps` more steps with op profiling on; prints the per-step table on
@@ -208,7 +239,9 @@ int run(int argc, char** argv) {
   // The step's own memory is what the peak adds to what is held before it.
   const size_t in_use_before_step = device_bytes_in_use(rt->device());
   device_reset_peak(rt->device());
+  GpuPowerMonitor power(rt->device());
   for (int64_t step = 0; step < warmup + steps; ++step) {
+    if (step == warmup) power.start();
     const double ms = timed_step();
     peak_gb = std::max(peak_gb, double(device_peak_bytes(rt->device())) / double(1ull << 30));
     const double tflops = flops_per_step / world / (ms * 1e-3) / 1e12;
@@ -218,6 +251,7 @@ int run(int argc, char** argv) {
                   (long long)step, step < warmup ? " (warmup)" : "", r.loss, s.grad_norm, ms,
                   double(tokens_per_step) / (ms * 1e-3), tflops, 100.0 * tflops * 1e12 / kPeakBf16Flops, peak_gb);
   }
+  const GpuPowerReport power_report = power.stop();
   double avg = 0;
   for (double t : times) avg += t;
   avg /= double(times.size());
@@ -246,6 +280,10 @@ int run(int argc, char** argv) {
       std::printf("host memory (GiB, optimizer.offload_fraction %g): master %.2f moments %.2f staging %.2f\n",
                   b.optimizer.offload_fraction, m["host_master_gb"].get<double>(), m["host_moments_gb"].get<double>(),
                   m["host_staging_gb"].get<double>());
+  }
+  if (power_report.measured) {
+    summary["gpu_power"] = gpu_power_json(power_report, steps, double(tokens_per_rank));
+    if (root) print_gpu_power(summary["gpu_power"]);
   }
   if (profile_steps > 0) summary["profile"] = profile(timed_step, profile_steps, root);
   if (args.flag("bench.offload")) summary["offload"] = offload_round_trip(*rt, h, timed_step);

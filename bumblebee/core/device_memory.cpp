@@ -22,7 +22,7 @@ void note_host_alloc(size_t n) {
   while (now > peak && !g_host_peak.compare_exchange_weak(peak, now)) {}
 }
 
-[[noreturn]] void no_cuda() {
+[[maybe_unused]] [[noreturn]] void no_cuda() {
   BB_FAIL("CUDA was requested but this Bumblebee build has no CUDA backend "
           "(configure found no CUDA toolkit); rebuild on a machine with /usr/local/cuda or use device=cpu");
 }
@@ -165,6 +165,15 @@ DeviceMemoryInfo device_memory_info(Device dev) {
 #ifdef BB_WITH_CUDA
   cuda::memory_info(dev.index, &info.free_bytes, &info.total_bytes);
   return info;
+#else
+  no_cuda();
+#endif
+}
+
+std::string device_pci_bus_id(Device dev) {
+  if (dev.is_cpu()) return "";
+#ifdef BB_WITH_CUDA
+  return cuda::pci_bus_id(dev.index);
 #else
   no_cuda();
 #endif

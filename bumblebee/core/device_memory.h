@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "bumblebee/core/device.h"
 
@@ -36,6 +37,8 @@ struct DeviceMemoryInfo {
   size_t free_bytes = 0, total_bytes = 0;
 };
 DeviceMemoryInfo device_memory_info(Device dev);
+// The PCI bus id of a CUDA device ("0000:19:00.0"); empty on the host.
+std::string device_pci_bus_id(Device dev);
 void device_synchronize(Device dev);      // wait for all work queued on dev (no-op on the host)
 // Makes dev the calling thread's current CUDA device, so that libraries
 // which allocate on the current device (NCCL, cuDNN, cuBLASLt) use it too.

@@ -173,6 +173,12 @@ void memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
   CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
+std::string pci_bus_id(int device) {
+  char id[32] = {};
+  CUDA_CHECK(cudaDeviceGetPCIBusId(id, int(sizeof(id)), device));
+  return id;
+}
+
 void* pinned_alloc(size_t nbytes) {
   void* ptr = nullptr;
   const cudaError_t err = cudaMallocHost(&ptr, nbytes == 0 ? 1 : nbytes);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "bumblebee/core/dtype.h"
 
@@ -22,6 +23,9 @@ void pool_reset_peak(int device);
 // Waits for the device's work, then trims its pool to the blocks in use.
 void pool_release_unused(int device);
 void memory_info(int device, size_t* free_bytes, size_t* total_bytes);
+// The device's PCI bus id ("0000:19:00.0"), which names it to NVML whatever
+// CUDA_VISIBLE_DEVICES renumbers.
+std::string pci_bus_id(int device);
 // Page-locked host memory (cudaMallocHost / cudaFreeHost).
 void* pinned_alloc(size_t nbytes);
 void pinned_free(void* ptr, size_t nbytes);
