@@ -116,6 +116,15 @@ if [ -n "$nccl_h" ]; then
     export LD_LIBRARY_PATH=$(dirname "$nccl_lib"):${LD_LIBRARY_PATH:-}
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+# The stages run under a sampler of the GPU's SM clock, power and clock event reasons, four times a second
+# into $OUT/clocks.csv (SAMPLE_CLOCKS=0 leaves it out): training runs at the power cap, and this is the one
+# record of the peers' clocks. At the end, benchmarks/clock_segments.py prints each run's busy span.
+if [ "${SAMPLE_CLOCKS:-1}" = 1 ]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 250 > "$OUT/clocks.csv" 2>&1 &
+  clock_sampler=$!
+  trap 'kill $clock_sampler 2>/dev/null; python3 benchmarks/clock_segments.py "$OUT/clocks.csv"' EXIT
+fi
 # Stages that run only the PyTorch peers need no build of bb.
 needs_bb=0
 for stage in $stages; do case $stage in peers|baseline|cudnn_variants|gg_tiles) ;; *) needs_bb=1 ;; esac; done
