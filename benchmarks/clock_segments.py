@@ -13,13 +13,17 @@ share of samples held back by the software power cap (clock event reason 0x4).
 import argparse
 import csv
 import datetime
+import os
 
 SW_POWER_CAP = 0x4
 
 
 def read_samples(path):
-    """(time, sm clock MHz, power W, reasons) per row; rows that do not parse are skipped."""
+    """(time, sm clock MHz, power W, reasons) per row; rows that do not parse are skipped, a missing file
+    (the sampler never started) has none."""
     samples = []
+    if not os.path.exists(path):
+        return samples
     with open(path, newline="") as f:
         for row in csv.reader(f):
             try:
